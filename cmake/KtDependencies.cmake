@@ -1,0 +1,67 @@
+# Every dependency comes from Debian's archive. A missing one stops configuration with the exact command
+# that installs it, instead of a cryptic error ten lines later.
+
+set(KT_APT_PACKAGES_ALL
+  "cmake g++ pkg-config libhwloc-dev libxbyak-dev libzydis-dev catch2 libbenchmark-dev"
+  CACHE INTERNAL "Everything a full kt build needs from Debian")
+
+function(kt_missing_dependency what package)
+  message(FATAL_ERROR
+    "kt: ${what} was not found. Install it with:\n"
+    "    apt-get install -y ${package}\n"
+    "(or everything kt can use: apt-get install -y ${KT_APT_PACKAGES_ALL})")
+endfunction()
+
+find_package(Threads REQUIRED)
+
+find_package(PkgConfig QUIET)
+if(NOT PKG_CONFIG_FOUND)
+  kt_missing_dependency("pkg-config" "pkg-config")
+endif()
+
+# hwloc: NUMA topology, thread and memory binding.
+pkg_check_modules(HWLOC QUIET IMPORTED_TARGET hwloc>=2.0)
+if(NOT HWLOC_FOUND)
+  kt_missing_dependency("hwloc >= 2.0" "libhwloc-dev")
+endif()
+
+# xbyak: header-only x86 JIT assembler for the run-time generated kernels.
+find_package(xbyak CONFIG QUIET)
+if(NOT xbyak_FOUND)
+  kt_missing_dependency("xbyak" "libxbyak-dev")
+endif()
+
+if(KT_BUILD_TESTS)
+  find_package(Catch2 2 CONFIG QUIET)
+  if(NOT Catch2_FOUND)
+    kt_missing_dependency("Catch2 (tests)" "catch2")
+  endif()
+  # Zydis decodes the bytes our JIT emits, so the AMX tile machine can run them without AMX hardware.
+  find_package(zydis CONFIG QUIET)
+  if(NOT zydis_FOUND)
+    kt_missing_dependency("Zydis (tests: AMX tile machine)" "libzydis-dev")
+  endif()
+endif()
+
+if(KT_BUILD_BENCH)
+  find_package(benchmark CONFIG QUIET)
+  if(NOT benchmark_FOUND)
+    kt_missing_dependency("Google Benchmark (bench/)" "libbenchmark-dev")
+  endif()
+endif()
+
+# CUDA is optional. AUTO turns it on when the toolkit's nvcc is present.
+set(KT_CUDA_ENABLED OFF)
+if(KT_WITH_CUDA STREQUAL "AUTO" OR KT_WITH_CUDA)
+  include(CheckLanguage)
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS "/usr/local/cuda/bin/nvcc")
+    set(CMAKE_CUDA_COMPILER "/usr/local/cuda/bin/nvcc" CACHE FILEPATH "nvcc")
+  endif()
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    set(KT_CUDA_ENABLED ON)
+  elseif(NOT KT_WITH_CUDA STREQUAL "AUTO")
+    message(FATAL_ERROR "kt: KT_WITH_CUDA=ON but no CUDA compiler was found (nvcc from the CUDA toolkit)")
+  endif()
+endif()
+message(STATUS "kt: CUDA toolkit usable: ${KT_CUDA_ENABLED}")

@@ -1,0 +1,13 @@
+# Build options. Everything kt needs comes from Debian packages (see KtDependencies.cmake).
+option(KT_BUILD_TESTS "Build the test suite" ON)
+option(KT_BUILD_EXAMPLES "Build the example programs (kt-inspect, ...)" ON)
+option(KT_BUILD_BENCH "Build the benchmarks (needs libbenchmark-dev)" ON)
+option(KT_BUILD_SHARED "Also build libkt.so (C ABI only is exported)" OFF)
+option(KT_BUILD_FUZZ "Build libFuzzer targets (needs clang)" OFF)
+set(KT_WITH_CUDA "AUTO" CACHE STRING "CUDA backend: ON, OFF or AUTO (on when nvcc is found)")
+set_property(CACHE KT_WITH_CUDA PROPERTY STRINGS ON OFF AUTO)
+set(KT_SANITIZE "" CACHE STRING "Sanitizers for kt's own code, e.g. address,undefined (empty: none)")
+
+# Golden data made by independent implementations; tests look here and say loudly when it is missing.
+get_filename_component(_kt_default_testdata "${CMAKE_CURRENT_SOURCE_DIR}/../shared/testdata" ABSOLUTE)
+set(KT_TESTDATA_DIR "${_kt_default_testdata}" CACHE PATH "Directory of the shared golden test data")

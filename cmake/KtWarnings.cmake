@@ -1,0 +1,19 @@
+# Warnings and hardening for kt's own targets only (never for dependencies).
+add_library(kt_warnings INTERFACE)
+target_compile_options(kt_warnings INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX,C>:-Wall -Wextra -Wshadow -Wformat=2 -Wundef -Wcast-align -Wvla>
+  $<$<COMPILE_LANGUAGE:CXX>:-Wnon-virtual-dtor -Woverloaded-virtual>
+  # GCC 12 reports impossible memcpy overlaps inside std::string concatenation at -O2 (GCC bug 105329).
+  $<$<AND:$<CXX_COMPILER_ID:GNU>,$<VERSION_LESS:$<CXX_COMPILER_VERSION>,13>>:-Wno-restrict>)
+
+if(KT_SANITIZE)
+  add_compile_options(-fsanitize=${KT_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
+  add_link_options(-fsanitize=${KT_SANITIZE})
+endif()
+
+# Attach kt's common compile settings to a target.
+function(kt_target_defaults target)
+  target_link_libraries(${target} PRIVATE kt_warnings)
+  set_target_properties(${target} PROPERTIES
+    CXX_VISIBILITY_PRESET hidden C_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
+endfunction()

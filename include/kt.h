@@ -1,0 +1,252 @@
+/*
+ * kt.h: the C ABI of libkt, CPU-first inference for Mixture-of-Experts language models.
+ *
+ * This is the only public header. It is C99, uses fixed-width types in every struct, and is stable within a
+ * major version: functions and status codes are only ever added; fields are only ever appended to params
+ * structs (each starts with `struct_size`, so old callers keep working).
+ *
+ * Rules every function follows:
+ *   - It never aborts, exits, throws or prints. Failures return a kt_status; the detailed message (which file,
+ *     key, tensor, byte offset) is kept per handle: kt_model_last_error(model), or in the caller's optional
+ *     kt_error for constructors. There is no thread-local "last error": consecutive calls may come from
+ *     different OS threads (Go does this).
+ *   - Out-parameters are written only on success, unless stated otherwise.
+ *   - Every *_create / *_load has a *_free; *_free(NULL) is a no-op.
+ *   - Callbacks always receive the caller's `void *user_data`.
+ *
+ * Version check idiom (as in sqlite):
+ *     assert(kt_version_number() == KT_VERSION_NUMBER);   // header and library agree exactly
+ *     if (kt_version_number() / 1000000 != KT_VERSION_MAJOR) ... // ABI-compatible library?
+ */
+#ifndef KT_H
+#define KT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#  define KT_API
+#elif defined(__GNUC__)
+#  define KT_API __attribute__((visibility("default")))
+#else
+#  define KT_API
+#endif
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Version                                                                                                       */
+
+#define KT_VERSION_MAJOR 0
+#define KT_VERSION_MINOR 1
+#define KT_VERSION_PATCH 0
+#define KT_VERSION_NUMBER (KT_VERSION_MAJOR * 1000000 + KT_VERSION_MINOR * 1000 + KT_VERSION_PATCH)
+
+/* The library's version as KT_VERSION_NUMBER computes it. Same major version = compatible ABI. */
+KT_API int32_t kt_version_number(void);
+/* "0.1.0". Static storage. */
+KT_API const char *kt_version_string(void);
+/* One line naming the version, git revision, compiler, enabled backends and the CPU ISAs this process can use,
+ * e.g. "kt 0.1.0 (git abc123) gcc 12.2; backends: cpu; cpu isa: avx2 avx512 (vnni bf16); amx: no". Static
+ * storage, computed once. */
+KT_API const char *kt_build_info(void);
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Status codes. Codes are only ever added, never renumbered.                                                    */
+
+typedef int32_t kt_status;
+
+#define KT_STATUS_OK 0
+#define KT_STATUS_INVALID_ARGUMENT 1  /* a NULL pointer, a size out of range, an unknown enum value */
+#define KT_STATUS_OUT_OF_MEMORY 2
+#define KT_STATUS_IO_ERROR 3          /* open/read/write/mmap failed; the message carries errno's text */
+#define KT_STATUS_INVALID_FILE 4      /* a malformed or hostile file; the message names the field and offset */
+#define KT_STATUS_UNSUPPORTED 5       /* valid input that kt cannot handle (a tensor type, a version, an ISA) */
+#define KT_STATUS_NOT_FOUND 6         /* no such key, tensor or index */
+#define KT_STATUS_TYPE_MISMATCH 7     /* the key exists but holds another type */
+#define KT_STATUS_BUFFER_TOO_SMALL 8  /* the caller's buffer is too small; the needed size is reported */
+#define KT_STATUS_CANCELLED 9         /* a callback asked to stop */
+#define KT_STATUS_MISUSE 10           /* the call is not allowed in the handle's current state */
+#define KT_STATUS_INTERNAL 11         /* a bug in kt; please report the message */
+
+/* Fixed English text for a status code ("invalid file"); never NULL. */
+KT_API const char *kt_status_string(kt_status status);
+
+/* Filled by constructors when they fail (pass NULL if you do not want it). Set struct_size before the call:
+ *     kt_error err = { sizeof(kt_error) };                                                                    */
+#define KT_ERROR_MESSAGE_CAPACITY 1024
+typedef struct kt_error {
+    uint32_t struct_size;
+    kt_status status;                              /* KT_STATUS_OK on success */
+    char message[KT_ERROR_MESSAGE_CAPACITY];       /* NUL-terminated; truncated if longer */
+} kt_error;
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Logging. kt prints nothing unless a callback is installed.                                                    */
+
+#define KT_LOG_ERROR 0
+#define KT_LOG_WARN 1
+#define KT_LOG_INFO 2
+#define KT_LOG_DEBUG 3
+
+/* `message` is NUL-terminated without a trailing newline and valid only during the call. The callback may be
+ * invoked from kt's worker threads; it must be thread-safe. */
+typedef void (*kt_log_callback)(int32_t level, const char *message, void *user_data);
+
+/* Installs the process-wide log callback (NULL: silence) and the most verbose level delivered. Thread-safe. */
+KT_API void kt_log_set(kt_log_callback callback, void *user_data, int32_t max_level);
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Tensor element types: the GGML numbering used in GGUF files.                                                  */
+
+#define KT_TYPE_F32 0
+#define KT_TYPE_F16 1
+#define KT_TYPE_Q4_0 2
+#define KT_TYPE_Q4_1 3
+#define KT_TYPE_Q5_0 6
+#define KT_TYPE_Q5_1 7
+#define KT_TYPE_Q8_0 8
+#define KT_TYPE_Q8_1 9
+#define KT_TYPE_Q2_K 10
+#define KT_TYPE_Q3_K 11
+#define KT_TYPE_Q4_K 12
+#define KT_TYPE_Q5_K 13
+#define KT_TYPE_Q6_K 14
+#define KT_TYPE_Q8_K 15
+#define KT_TYPE_IQ4_NL 20
+#define KT_TYPE_IQ4_XS 23
+#define KT_TYPE_I8 24
+#define KT_TYPE_I16 25
+#define KT_TYPE_I32 26
+#define KT_TYPE_I64 27
+#define KT_TYPE_F64 28
+#define KT_TYPE_BF16 30
+
+/* "Q4_K", or NULL for a type kt does not know. */
+KT_API const char *kt_type_name(int32_t type);
+/* Elements per block (1 for plain types) and bytes per block; 0 for unknown types. */
+KT_API int64_t kt_type_block_size(int32_t type);
+KT_API int64_t kt_type_block_bytes(int32_t type);
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Models: a GGUF file, memory-mapped and validated.                                                             */
+
+typedef struct kt_model kt_model;
+
+/* Called during loading with the fraction done in [0, 1] (monotone; 1 is reported exactly once, at the end).
+ * Return non-zero to continue, 0 to cancel: kt_model_load then frees everything and returns
+ * KT_STATUS_CANCELLED. */
+typedef int32_t (*kt_progress_callback)(float progress, void *user_data);
+
+typedef struct kt_model_params {
+    uint32_t struct_size;       /* sizeof(kt_model_params) */
+    int32_t use_mmap;           /* default 1: map the file; 0: read it into memory */
+    int32_t prefetch;           /* default 1: fault every tensor page in during load (progress is reported over
+                                   this); 0: pages come in on first use */
+    int32_t reserved0;          /* must be 0 */
+    kt_progress_callback progress_callback; /* default NULL */
+    void *progress_user_data;
+} kt_model_params;
+
+/* Fills *params with struct_size and the defaults above. */
+KT_API void kt_model_params_init(kt_model_params *params);
+
+/* Opens and validates a GGUF v2/v3 file. Every count, length, type, shape, offset and alignment is checked
+ * before it is used; a malformed file gives KT_STATUS_INVALID_FILE and a message naming the key or tensor and
+ * the byte offset. `params` may be NULL for defaults. On success *out_model owns the mapping until
+ * kt_model_free. On failure *out_model is set to NULL and `err` (if not NULL) receives the status and message.
+ * A model is immutable after loading: it may be queried from several threads at once. */
+KT_API kt_status kt_model_load(const char *path, const kt_model_params *params, kt_model **out_model,
+                               kt_error *err);
+KT_API void kt_model_free(kt_model *model);
+
+/* The message of the last failed call on this model ("" if none). Valid until the next failing call on the
+ * same model or kt_model_free. Calls that only read a model record their error under a lock, so concurrent
+ * readers are safe; which message survives is then unspecified. */
+KT_API const char *kt_model_last_error(const kt_model *model);
+
+/* ---- metadata ---- */
+
+/* GGUF metadata value types. */
+#define KT_META_UINT8 0
+#define KT_META_INT8 1
+#define KT_META_UINT16 2
+#define KT_META_INT16 3
+#define KT_META_UINT32 4
+#define KT_META_INT32 5
+#define KT_META_FLOAT32 6
+#define KT_META_BOOL 7
+#define KT_META_STRING 8
+#define KT_META_ARRAY 9
+#define KT_META_UINT64 10
+#define KT_META_INT64 11
+#define KT_META_FLOAT64 12
+
+/* The file's GGUF version (2 or 3). */
+KT_API uint32_t kt_model_gguf_version(const kt_model *model);
+/* general.architecture, e.g. "qwen3moe". Pointer valid until kt_model_free; "" when the key is absent. */
+KT_API const char *kt_model_architecture(const kt_model *model);
+
+/* Number of metadata keys, and the key at an index in file order (pointer valid until kt_model_free). */
+KT_API int64_t kt_model_meta_count(const kt_model *model);
+KT_API kt_status kt_model_meta_key(const kt_model *model, int64_t index, const char **out_key);
+
+/* Type of a key's value; for arrays also the element type (else *out_element_type = -1). Either out pointer
+ * may be NULL. KT_STATUS_NOT_FOUND if the key is absent. */
+KT_API kt_status kt_model_meta_type(const kt_model *model, const char *key, int32_t *out_type,
+                                    int32_t *out_element_type);
+
+/* Scalar getters. _int accepts any integer type and bool (UINT64 above INT64_MAX gives
+ * KT_STATUS_TYPE_MISMATCH); _float accepts FLOAT32/FLOAT64 and integers; _string returns a pointer into the
+ * model (valid until kt_model_free; not NUL-terminated in the file, so kt copies it once at load and the
+ * pointer is NUL-terminated) and its length in bytes (out_length may be NULL). */
+KT_API kt_status kt_model_meta_get_int(const kt_model *model, const char *key, int64_t *out_value);
+KT_API kt_status kt_model_meta_get_float(const kt_model *model, const char *key, double *out_value);
+KT_API kt_status kt_model_meta_get_string(const kt_model *model, const char *key, const char **out_value,
+                                          uint64_t *out_length);
+
+/* Arrays: length, and one element by index with the same conversions as the scalar getters. */
+KT_API kt_status kt_model_meta_array_length(const kt_model *model, const char *key, uint64_t *out_length);
+KT_API kt_status kt_model_meta_array_get_int(const kt_model *model, const char *key, uint64_t index,
+                                             int64_t *out_value);
+KT_API kt_status kt_model_meta_array_get_float(const kt_model *model, const char *key, uint64_t index,
+                                               double *out_value);
+KT_API kt_status kt_model_meta_array_get_string(const kt_model *model, const char *key, uint64_t index,
+                                                const char **out_value, uint64_t *out_length);
+
+/* ---- tensors ---- */
+
+#define KT_MAX_DIMS 4
+
+typedef struct kt_tensor_info {
+    uint32_t struct_size;    /* set by the caller: sizeof(kt_tensor_info) */
+    int32_t type;            /* KT_TYPE_* */
+    int32_t n_dims;          /* 1..4 */
+    int32_t reserved0;
+    int64_t ne[KT_MAX_DIMS]; /* GGML order: ne[0] is contiguous; unused dims are 1 */
+    uint64_t n_elements;
+    uint64_t n_bytes;        /* bytes of data in the file */
+    uint64_t file_offset;    /* absolute byte offset of the data in the file */
+    const char *name;        /* NUL-terminated, valid until kt_model_free */
+} kt_tensor_info;
+
+KT_API int64_t kt_model_tensor_count(const kt_model *model);
+/* Index of a tensor by name, or KT_STATUS_NOT_FOUND. */
+KT_API kt_status kt_model_tensor_find(const kt_model *model, const char *name, int64_t *out_index);
+/* Fills *out_info (whose struct_size the caller set) for a tensor index. */
+KT_API kt_status kt_model_tensor_info(const kt_model *model, int64_t index, kt_tensor_info *out_info);
+
+/* Writes the tensor's values, dequantized to f32, to dst (row-major in GGML order: element (i0, i1, i2, i3)
+ * at i0 + ne0*(i1 + ne1*(i2 + ne2*i3))). dst_capacity is in floats; if it is below n_elements nothing is
+ * written and KT_STATUS_BUFFER_TOO_SMALL is returned with *out_needed (may be NULL) set. Safe to call from
+ * several threads on the same model. */
+KT_API kt_status kt_model_tensor_read_f32(const kt_model *model, int64_t index, float *dst,
+                                          uint64_t dst_capacity, uint64_t *out_needed);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* KT_H */

@@ -1,0 +1,111 @@
+// Version, build information, status strings, logging and type queries.
+#include <cstring>
+#include <string>
+
+#include "api/api_internal.h"
+#include "backends/cpu/cpu_features.h"
+#include "core/log.h"
+#include "ops/types.h"
+
+#ifndef KT_GIT_REVISION
+#define KT_GIT_REVISION "unknown"
+#endif
+
+namespace kt::api {
+
+void fill_error(kt_error *err, const Status &status) noexcept {
+    if (!err || err->struct_size < sizeof(kt_error)) return;
+    err->status = status.code();
+    const std::string &m = status.message();
+    const size_t n = m.size() < KT_ERROR_MESSAGE_CAPACITY - 1 ? m.size() : KT_ERROR_MESSAGE_CAPACITY - 1;
+    std::memcpy(err->message, m.data(), n);
+    err->message[n] = '\0';
+}
+
+namespace {
+
+std::string describe_build() {
+    const cpu::CpuFeatures &f = cpu::host_cpu_features();
+    std::string s = "kt " + std::string(kt_version_string()) + " (git " KT_GIT_REVISION ")";
+#if defined(__clang__)
+    s += format(" clang %d.%d", __clang_major__, __clang_minor__);
+#elif defined(__GNUC__)
+    s += format(" gcc %d.%d", __GNUC__, __GNUC_MINOR__);
+#endif
+    s += "; backends: cpu";
+    s += "; cpu: ";
+    s += f.brand.empty() ? f.vendor : f.brand;
+    s += "; isa: ";
+    s += cpu::isa_level_name(cpu::host_isa_level());
+    std::string extras;
+    if (f.avx512_vnni) extras += " avx512_vnni";
+    if (f.avx512_bf16) extras += " avx512_bf16";
+    if (f.avx_vnni) extras += " avx_vnni";
+    if (!extras.empty()) s += " (" + extras.substr(1) + ")";
+    s += "; amx: ";
+    s += f.amx_int8 ? "yes" : (f.amx_unusable_reason.empty() ? "no" : "no (" + f.amx_unusable_reason + ")");
+    return s;
+}
+
+}  // namespace
+}  // namespace kt::api
+
+
+extern "C" {
+
+KT_API int32_t kt_version_number(void) { return KT_VERSION_NUMBER; }
+
+#define KT_STRINGIFY_(x) #x
+#define KT_STRINGIFY(x) KT_STRINGIFY_(x)
+KT_API const char *kt_version_string(void) {
+    return KT_STRINGIFY(KT_VERSION_MAJOR) "." KT_STRINGIFY(KT_VERSION_MINOR) "." KT_STRINGIFY(KT_VERSION_PATCH);
+}
+
+KT_API const char *kt_build_info(void) {
+    // Computed once; if that fails (allocation), a fixed string is better than an exception across the ABI.
+    try {
+        static const std::string info = kt::api::describe_build();
+        return info.c_str();
+    } catch (...) {
+        return "kt " KT_STRINGIFY(KT_VERSION_MAJOR) "." KT_STRINGIFY(KT_VERSION_MINOR) "." KT_STRINGIFY(KT_VERSION_PATCH);
+    }
+}
+
+KT_API const char *kt_status_string(kt_status status) {
+    switch (status) {
+        case KT_STATUS_OK: return "ok";
+        case KT_STATUS_INVALID_ARGUMENT: return "invalid argument";
+        case KT_STATUS_OUT_OF_MEMORY: return "out of memory";
+        case KT_STATUS_IO_ERROR: return "I/O error";
+        case KT_STATUS_INVALID_FILE: return "invalid file";
+        case KT_STATUS_UNSUPPORTED: return "unsupported";
+        case KT_STATUS_NOT_FOUND: return "not found";
+        case KT_STATUS_TYPE_MISMATCH: return "type mismatch";
+        case KT_STATUS_BUFFER_TOO_SMALL: return "buffer too small";
+        case KT_STATUS_CANCELLED: return "cancelled";
+        case KT_STATUS_MISUSE: return "misuse";
+        case KT_STATUS_INTERNAL: return "internal error";
+        default: return "unknown status";
+    }
+}
+
+KT_API void kt_log_set(kt_log_callback callback, void *user_data, int32_t max_level) {
+    kt::log_set(callback, user_data, max_level);
+}
+
+KT_API const char *kt_type_name(int32_t type) {
+    const kt::ops::TypeTraits *t = kt::ops::type_traits(type);
+    return t ? t->name : nullptr;
+}
+
+KT_API int64_t kt_type_block_size(int32_t type) {
+    const kt::ops::TypeTraits *t = kt::ops::type_traits(type);
+    return t ? t->block_size : 0;
+}
+
+KT_API int64_t kt_type_block_bytes(int32_t type) {
+    const kt::ops::TypeTraits *t = kt::ops::type_traits(type);
+    return t ? t->block_bytes : 0;
+}
+
+}  // extern "C"

@@ -1,0 +1,67 @@
+// Shared by the api/ translation units: the handle structs behind kt.h's opaque types, and the guard that keeps
+// exceptions and failures from crossing the ABI.
+#pragma once
+
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+
+#include "core/status.h"
+#include "kt.h"
+#include "model/gguf/gguf.h"
+
+// Per-handle "last error": guarded by a mutex so that concurrent readers of a shared handle stay safe.
+struct kt_error_slot {
+    mutable std::mutex mutex;
+    mutable std::string message;
+
+    void set(const std::string &m) const {
+        std::lock_guard<std::mutex> lock(mutex);
+        message = m;
+    }
+    const char *get() const {
+        std::lock_guard<std::mutex> lock(mutex);
+        return message.c_str();
+    }
+};
+
+struct kt_model {
+    std::unique_ptr<kt::gguf::File> file;
+    kt_error_slot error;
+};
+
+namespace kt::api {
+
+// Runs `body` (returning Status), converting any exception to a status. Never throws.
+template <typename Body>
+Status guard(Body &&body) noexcept {
+    try {
+        return body();
+    } catch (const std::bad_alloc &) {
+        return Status(KT_STATUS_OUT_OF_MEMORY, "out of memory");
+    } catch (const std::exception &e) {
+        return Status(KT_STATUS_INTERNAL, std::string("internal error: ") + e.what());
+    } catch (...) {
+        return Status(KT_STATUS_INTERNAL, "internal error: unknown exception");
+    }
+}
+
+// guard() for functions on a handle: a failure's message goes into the handle's error slot.
+template <typename Handle, typename Body>
+kt_status guard_on(const Handle *handle, Body &&body) noexcept {
+    Status s = guard(std::forward<Body>(body));
+    if (!s.is_ok() && handle) {
+        try {
+            handle->error.set(s.message());
+        } catch (...) {  // allocation of the message failed: the status still tells the story
+        }
+    }
+    return s.code();
+}
+
+// Copies a status into the caller's optional kt_error (constructors).
+void fill_error(kt_error *err, const Status &status) noexcept;
+
+}  // namespace kt::api

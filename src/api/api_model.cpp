@@ -1,0 +1,314 @@
+// kt_model_*: loading a GGUF file and querying its metadata and tensors.
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <vector>
+
+#include "api/api_internal.h"
+#include "core/log.h"
+#include "mem/mapped_file.h"
+#include "ops/ref/quants_ref.h"
+#include "ops/types.h"
+
+using kt::Status;
+using kt::api::guard;
+using kt::api::guard_on;
+
+namespace {
+
+// Prefetching faults pages in 16 MiB steps: small enough for smooth progress and prompt cancellation, large
+// enough that the callback costs nothing.
+constexpr uint64_t kPrefetchStep = 16ull << 20;
+
+Status require(bool condition, const char *what) {
+    if (condition) return Status::ok();
+    return Status::error(KT_STATUS_INVALID_ARGUMENT, "%s", what);
+}
+
+// Reports progress monotonically and remembers whether the caller cancelled.
+class Progress {
+public:
+    explicit Progress(const kt_model_params &p) : callback_(p.progress_callback), user_data_(p.progress_user_data) {}
+
+    bool report(float fraction) {
+        if (!callback_) return true;
+        fraction = std::clamp(fraction, last_, 1.0f);
+        last_ = fraction;
+        return callback_(fraction, user_data_) != 0;
+    }
+
+private:
+    kt_progress_callback callback_;
+    void *user_data_;
+    float last_ = 0.0f;
+};
+
+Status load_model(const char *path, const kt_model_params &params, kt_model **out) {
+    KT_TRY(require(path != nullptr, "kt_model_load: path is NULL"));
+    KT_TRY(require(out != nullptr, "kt_model_load: out_model is NULL"));
+    KT_TRY(require(params.reserved0 == 0, "kt_model_load: params.reserved0 must be 0"));
+
+    Progress progress(params);
+    // Reading without mmap is the bulk of the work, so it gets most of the bar; with mmap, prefetching does.
+    const bool prefetching = params.use_mmap && params.prefetch;
+    kt::mem::MappedFile bytes;
+    KT_TRY(kt::mem::MappedFile::open(path, params.use_mmap != 0,
+                                     [&](uint64_t done, uint64_t total) {
+                                         return progress.report(0.95f * static_cast<float>(done) / static_cast<float>(total));
+                                     },
+                                     &bytes));
+    auto model = std::make_unique<kt_model>();
+    KT_TRY(kt::gguf::File::parse(std::move(bytes), path, &model->file));
+    const kt::gguf::File &file = *model->file;
+
+    if (prefetching) {
+        const uint64_t begin = file.data_offset(), end = file.file_size();
+        for (uint64_t at = begin; at < end; at += kPrefetchStep) {
+            file.bytes().prefetch(at, std::min(kPrefetchStep, end - at));
+            const float done = static_cast<float>(std::min(at + kPrefetchStep, end) - begin) /
+                               static_cast<float>(end - begin);
+            KT_RETURN_IF(!progress.report(0.99f * done), KT_STATUS_CANCELLED, "%s: loading cancelled", path);
+        }
+    }
+    KT_RETURN_IF(!progress.report(1.0f), KT_STATUS_CANCELLED, "%s: loading cancelled", path);
+    KT_LOG_INFO_MSG("loaded %s: GGUF v%u, %zu metadata keys, %zu tensors, %llu bytes", path, file.version(),
+                    file.metadata().size(), file.tensors().size(), static_cast<unsigned long long>(file.file_size()));
+    *out = model.release();
+    return Status::ok();
+}
+
+const kt::gguf::File &file_of(const kt_model *m) { return *m->file; }
+
+Status check_model(const kt_model *m) { return require(m != nullptr, "model is NULL"); }
+
+Status check_key(const char *key) { return require(key != nullptr, "key is NULL"); }
+
+// Copies a string_view result (which the reader keeps NUL-terminated) to the C out-parameters.
+void put_string(std::string_view s, const char **out, uint64_t *out_length) {
+    *out = s.data();
+    if (out_length) *out_length = s.size();
+}
+
+}  // namespace
+
+extern "C" {
+
+KT_API void kt_model_params_init(kt_model_params *params) {
+    if (!params) return;
+    std::memset(params, 0, sizeof *params);
+    params->struct_size = sizeof *params;
+    params->use_mmap = 1;
+    params->prefetch = 1;
+}
+
+KT_API kt_status kt_model_load(const char *path, const kt_model_params *params, kt_model **out_model,
+                               kt_error *err) {
+    if (out_model) *out_model = nullptr;
+    kt_model_params p;
+    kt_model_params_init(&p);
+    Status s = guard([&]() -> Status {
+        if (params) {
+            // The first version of the struct ends after progress_user_data; anything shorter is garbage.
+            KT_RETURN_IF(params->struct_size < offsetof(kt_model_params, progress_user_data) + sizeof(void *),
+                         KT_STATUS_INVALID_ARGUMENT, "kt_model_load: params->struct_size %u is too small (use kt_model_params_init)",
+                         params->struct_size);
+            // Copy only the prefix the caller's struct has: a shorter (older) struct keeps defaults for newer fields.
+            std::memcpy(&p, params, std::min<size_t>(params->struct_size, sizeof p));
+            p.struct_size = sizeof p;
+        }
+        return load_model(path, p, out_model);
+    });
+    kt::api::fill_error(err, s);
+    if (!s.is_ok()) KT_LOG_ERROR_MSG("%s", s.message().c_str());
+    return s.code();
+}
+
+KT_API void kt_model_free(kt_model *model) { delete model; }
+
+KT_API const char *kt_model_last_error(const kt_model *model) {
+    if (!model) return "model is NULL";
+    return model->error.get();
+}
+
+KT_API uint32_t kt_model_gguf_version(const kt_model *model) { return model ? file_of(model).version() : 0; }
+
+KT_API const char *kt_model_architecture(const kt_model *model) {
+    if (!model) return "";
+    std::string_view arch;
+    return file_of(model).get_string("general.architecture", &arch).is_ok() ? arch.data() : "";
+}
+
+KT_API int64_t kt_model_meta_count(const kt_model *model) {
+    return model ? static_cast<int64_t>(file_of(model).metadata().size()) : 0;
+}
+
+KT_API kt_status kt_model_meta_key(const kt_model *model, int64_t index, const char **out_key) {
+    return guard_on(model, [&]() -> Status {
+        KT_TRY(check_model(model));
+        KT_TRY(require(out_key != nullptr, "kt_model_meta_key: out_key is NULL"));
+        const auto &kvs = file_of(model).metadata();
+        KT_RETURN_IF(index < 0 || static_cast<uint64_t>(index) >= kvs.size(), KT_STATUS_NOT_FOUND,
+                     "metadata index %lld is out of range (count %zu)", static_cast<long long>(index), kvs.size());
+        *out_key = kvs[static_cast<size_t>(index)].key.data();
+        return Status::ok();
+    });
+}
+
+KT_API kt_status kt_model_meta_type(const kt_model *model, const char *key, int32_t *out_type,
+                                    int32_t *out_element_type) {
+    return guard_on(model, [&]() -> Status {
+        KT_TRY(check_model(model));
+        KT_TRY(check_key(key));
+        const kt::gguf::KeyValue *kv = file_of(model).find(key);
+        KT_RETURN_IF(!kv, KT_STATUS_NOT_FOUND, "metadata key '%s' not found", key);
+        if (out_type) *out_type = static_cast<int32_t>(kv->type);
+        if (out_element_type) *out_element_type = kv->is_array() ? static_cast<int32_t>(kv->element_type) : -1;
+        return Status::ok();
+    });
+}
+
+KT_API kt_status kt_model_meta_get_int(const kt_model *model, const char *key, int64_t *out_value) {
+    return guard_on(model, [&]() -> Status {
+        KT_TRY(check_model(model));
+        KT_TRY(check_key(key));
+        KT_TRY(require(out_value != nullptr, "kt_model_meta_get_int: out_value is NULL"));
+        return file_of(model).get_int(key, out_value);
+    });
+}
+
+KT_API kt_status kt_model_meta_get_float(const kt_model *model, const char *key, double *out_value) {
+    return guard_on(model, [&]() -> Status {
+        KT_TRY(check_model(model));
+        KT_TRY(check_key(key));
+        KT_TRY(require(out_value != nullptr, "kt_model_meta_get_float: out_value is NULL"));
+        return file_of(model).get_float(key, out_value);
+    });
+}
+
+KT_API kt_status kt_model_meta_get_string(const kt_model *model, const char *key, const char **out_value,
+                                          uint64_t *out_length) {
+    return guard_on(model, [&]() -> Status {
+        KT_TRY(check_model(model));
+        KT_TRY(check_key(key));
+        KT_TRY(require(out_value != nullptr, "kt_model_meta_get_string: out_value is NULL"));
+        std::string_view s;
+        KT_TRY(file_of(model).get_string(key, &s));
+        put_string(s, out_value, out_length);
+        return Status::ok();
+    });
+}
+
+KT_API kt_status kt_model_meta_array_length(const kt_model *model, const char *key, uint64_t *out_length) {
+    return guard_on(model, [&]() -> Status {
+        KT_TRY(check_model(model));
+        KT_TRY(check_key(key));
+        KT_TRY(require(out_length != nullptr, "kt_model_meta_array_length: out_length is NULL"));
+        return file_of(model).array_length(key, out_length);
+    });
+}
+
+KT_API kt_status kt_model_meta_array_get_int(const kt_model *model, const char *key, uint64_t index,
+                                             int64_t *out_value) {
+    return guard_on(model, [&]() -> Status {
+        KT_TRY(check_model(model));
+        KT_TRY(check_key(key));
+        KT_TRY(require(out_value != nullptr, "kt_model_meta_array_get_int: out_value is NULL"));
+        return file_of(model).array_get_int(key, index, out_value);
+    });
+}
+
+KT_API kt_status kt_model_meta_array_get_float(const kt_model *model, const char *key, uint64_t index,
+                                               double *out_value) {
+    return guard_on(model, [&]() -> Status {
+        KT_TRY(check_model(model));
+        KT_TRY(check_key(key));
+        KT_TRY(require(out_value != nullptr, "kt_model_meta_array_get_float: out_value is NULL"));
+        return file_of(model).array_get_float(key, index, out_value);
+    });
+}
+
+KT_API kt_status kt_model_meta_array_get_string(const kt_model *model, const char *key, uint64_t index,
+                                                const char **out_value, uint64_t *out_length) {
+    return guard_on(model, [&]() -> Status {
+        KT_TRY(check_model(model));
+        KT_TRY(check_key(key));
+        KT_TRY(require(out_value != nullptr, "kt_model_meta_array_get_string: out_value is NULL"));
+        std::string_view s;
+        KT_TRY(file_of(model).array_get_string(key, index, &s));
+        put_string(s, out_value, out_length);
+        return Status::ok();
+    });
+}
+
+KT_API int64_t kt_model_tensor_count(const kt_model *model) {
+    return model ? static_cast<int64_t>(file_of(model).tensors().size()) : 0;
+}
+
+KT_API kt_status kt_model_tensor_find(const kt_model *model, const char *name, int64_t *out_index) {
+    return guard_on(model, [&]() -> Status {
+        KT_TRY(check_model(model));
+        KT_TRY(require(name != nullptr, "kt_model_tensor_find: name is NULL"));
+        KT_TRY(require(out_index != nullptr, "kt_model_tensor_find: out_index is NULL"));
+        const int64_t index = file_of(model).tensor_index(name);
+        KT_RETURN_IF(index < 0, KT_STATUS_NOT_FOUND, "tensor '%s' not found", name);
+        *out_index = index;
+        return Status::ok();
+    });
+}
+
+namespace {
+
+Status tensor_at(const kt_model *model, int64_t index, const kt::gguf::TensorInfo **out) {
+    KT_TRY(check_model(model));
+    const auto &tensors = file_of(model).tensors();
+    KT_RETURN_IF(index < 0 || static_cast<uint64_t>(index) >= tensors.size(), KT_STATUS_NOT_FOUND,
+                 "tensor index %lld is out of range (count %zu)", static_cast<long long>(index), tensors.size());
+    *out = &tensors[static_cast<size_t>(index)];
+    return Status::ok();
+}
+
+}  // namespace
+
+KT_API kt_status kt_model_tensor_info(const kt_model *model, int64_t index, kt_tensor_info *out_info) {
+    return guard_on(model, [&]() -> Status {
+        const kt::gguf::TensorInfo *t;
+        KT_TRY(tensor_at(model, index, &t));
+        KT_TRY(require(out_info != nullptr, "kt_model_tensor_info: out_info is NULL"));
+        KT_TRY(require(out_info->struct_size >= sizeof(kt_tensor_info),
+                       "kt_model_tensor_info: out_info->struct_size is smaller than this library's kt_tensor_info"));
+        const uint32_t size = out_info->struct_size;
+        std::memset(out_info, 0, sizeof(kt_tensor_info));
+        out_info->struct_size = size;
+        out_info->type = t->type;
+        out_info->n_dims = t->n_dims;
+        for (int d = 0; d < KT_MAX_DIMS; ++d) out_info->ne[d] = t->ne[d];
+        out_info->n_elements = t->n_elements;
+        out_info->n_bytes = t->n_bytes;
+        out_info->file_offset = file_of(model).data_offset() + t->offset;
+        out_info->name = t->name.data();
+        return Status::ok();
+    });
+}
+
+KT_API kt_status kt_model_tensor_read_f32(const kt_model *model, int64_t index, float *dst, uint64_t dst_capacity,
+                                          uint64_t *out_needed) {
+    return guard_on(model, [&]() -> Status {
+        const kt::gguf::TensorInfo *t;
+        KT_TRY(tensor_at(model, index, &t));
+        if (out_needed) *out_needed = t->n_elements;
+        KT_RETURN_IF(dst_capacity < t->n_elements, KT_STATUS_BUFFER_TOO_SMALL,
+                     "tensor '%s' has %llu elements but the buffer holds %llu", t->name.data(),
+                     static_cast<unsigned long long>(t->n_elements), static_cast<unsigned long long>(dst_capacity));
+        KT_TRY(require(dst != nullptr, "kt_model_tensor_read_f32: dst is NULL"));
+        KT_RETURN_IF(!kt::ref::can_dequantize(t->type), KT_STATUS_UNSUPPORTED, "tensor '%s': type %s cannot be read as f32",
+                     t->name.data(), kt_type_name(t->type));
+        const kt::ops::TypeTraits &traits = *kt::ops::type_traits(t->type);
+        const uint64_t rows = t->n_elements / static_cast<uint64_t>(t->ne[0]);
+        const int64_t row_bytes = kt::ops::row_bytes(traits, t->ne[0]);
+        for (uint64_t r = 0; r < rows; ++r)
+            kt::ref::dequantize_row(t->type, t->data + r * static_cast<uint64_t>(row_bytes), dst + r * t->ne[0], t->ne[0]);
+        return Status::ok();
+    });
+}
+
+}  // extern "C"

@@ -1,0 +1,48 @@
+// MappedFile: a read-only view of a whole file, either memory-mapped or read into an owned buffer.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "core/status.h"
+
+namespace kt::mem {
+
+class MappedFile {
+public:
+    // Called while reading without mmap: bytes done so far and total. Return false to cancel.
+    using ReadProgress = std::function<bool(uint64_t done, uint64_t total)>;
+
+    MappedFile() = default;
+    ~MappedFile();
+    MappedFile(MappedFile &&other) noexcept;
+    MappedFile &operator=(MappedFile &&other) noexcept;
+    MappedFile(const MappedFile &) = delete;
+    MappedFile &operator=(const MappedFile &) = delete;
+
+    // use_mmap: map the file read-only (MAP_PRIVATE); otherwise read it into a heap buffer in chunks,
+    // reporting progress. An empty file is valid and has data() == nullptr.
+    static Status open(const std::string &path, bool use_mmap, const ReadProgress &progress, MappedFile *out);
+
+    // Wraps caller-owned bytes (tests, fuzzing): nothing is copied or freed.
+    static MappedFile borrow(const uint8_t *data, uint64_t size);
+
+    const uint8_t *data() const { return data_; }
+    uint64_t size() const { return size_; }
+    bool is_mapped() const { return mapped_; }
+
+    // Touches every page of [offset, offset + length) so that later reads do not fault. For mapped files only;
+    // a no-op otherwise.
+    void prefetch(uint64_t offset, uint64_t length) const;
+
+private:
+    void release();
+
+    const uint8_t *data_ = nullptr;
+    uint64_t size_ = 0;
+    bool mapped_ = false;
+    bool owned_ = false;
+};
+
+}  // namespace kt::mem

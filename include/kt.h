@@ -70,6 +70,7 @@ typedef int32_t kt_status;
 #define KT_STATUS_CANCELLED 9         /* a callback asked to stop */
 #define KT_STATUS_MISUSE 10           /* the call is not allowed in the handle's current state */
 #define KT_STATUS_INTERNAL 11         /* a bug in kt; please report the message */
+#define KT_STATUS_CONTEXT_FULL 12     /* the tokens do not fit in the context's remaining positions */
 
 /* Fixed English text for a status code ("invalid file"); never NULL. */
 KT_API const char *kt_status_string(kt_status status);
@@ -244,6 +245,150 @@ KT_API kt_status kt_model_tensor_info(const kt_model *model, int64_t index, kt_t
  * several threads on the same model. */
 KT_API kt_status kt_model_tensor_read_f32(const kt_model *model, int64_t index, float *dst,
                                           uint64_t dst_capacity, uint64_t *out_needed);
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Contexts: running a model. A context holds one token sequence (its KV cache), the logits of its last decode  */
+/* and a sampler. Architectures: llama (dense and Mixtral-style MoE), qwen2, qwen3, qwen2moe, qwen3moe.         */
+/*                                                                                                              */
+/* Thread-safety: a context is used by one thread at a time. Any number of contexts may share one kt_model; the */
+/* model must outlive them. The first context of a model prepares its weights for the kernels (binding every    */
+/* tensor, packing where the kernels want it); later contexts reuse that work.                                  */
+
+typedef struct kt_context kt_context;
+
+/* Polled between layers while a context decodes; return non-zero to cancel (the decode then returns
+ * KT_STATUS_CANCELLED and the sequence is as it was before the call). */
+typedef int32_t (*kt_abort_callback)(void *user_data);
+
+#define KT_KERNELS_AUTO 0       /* the fastest kernels this CPU has, per tensor type */
+#define KT_KERNELS_REFERENCE 1  /* exact dequantization and f32 arithmetic everywhere: slow; for validation */
+
+typedef struct kt_context_params {
+    uint32_t struct_size;       /* sizeof(kt_context_params) */
+    int32_t n_threads;          /* default 0: one per physical core */
+    int64_t n_ctx;              /* positions the KV cache holds; default 0: the model's training context, at most
+                                   4096 */
+    int64_t n_batch;            /* tokens per forward step when decoding many at once (prefill); default 512 */
+    int32_t kv_type;            /* KV cache element type: KT_TYPE_F16 (default), KT_TYPE_BF16 or KT_TYPE_F32 */
+    int32_t kernels;            /* KT_KERNELS_AUTO (default) or KT_KERNELS_REFERENCE */
+    kt_abort_callback abort_callback;  /* default NULL */
+    void *abort_user_data;
+} kt_context_params;
+
+KT_API void kt_context_params_init(kt_context_params *params);
+
+/* Creates a context for `model` (params may be NULL for defaults). Fails with KT_STATUS_UNSUPPORTED for an
+ * architecture or tensor type kt cannot run, KT_STATUS_INVALID_FILE when a tensor the architecture needs is
+ * missing or has the wrong shape (the message names it), KT_STATUS_OUT_OF_MEMORY when the KV cache does not fit.
+ * On failure *out_context is NULL and `err` (if not NULL) receives the status and message. */
+KT_API kt_status kt_context_create(kt_model *model, const kt_context_params *params, kt_context **out_context,
+                                   kt_error *err);
+KT_API void kt_context_free(kt_context *context);
+
+/* The message of the last failed call on this context ("" if none); valid until the next call on it. */
+KT_API const char *kt_context_last_error(const kt_context *context);
+
+/* Sizes: vocabulary (logits per row), positions the context holds, positions used so far. */
+KT_API int64_t kt_context_n_vocab(const kt_context *context);
+KT_API int64_t kt_context_n_ctx(const kt_context *context);
+KT_API int64_t kt_context_n_past(const kt_context *context);
+
+#define KT_LOGITS_NONE 0  /* keep no logits (e.g. a prompt you will extend before sampling) */
+#define KT_LOGITS_LAST 1  /* the last token's logits only (what sampling needs) */
+#define KT_LOGITS_ALL 2   /* one row per token of the call */
+
+/* Appends n_tokens token ids at positions kt_context_n_past(..) onward and runs them through the model, in
+ * steps of n_batch. Keeps the logits `logits_mode` asks for (read them with kt_context_logits). All or nothing:
+ * KT_STATUS_INVALID_ARGUMENT for an id outside the vocabulary (the message gives its index),
+ * KT_STATUS_CONTEXT_FULL when the tokens do not fit, KT_STATUS_CANCELLED from the abort callback; the sequence is
+ * then unchanged and no logits are kept. */
+KT_API kt_status kt_context_decode(kt_context *context, const int32_t *tokens, int64_t n_tokens, int32_t logits_mode);
+
+/* Row `row` of the logits the last decode kept (0 .. rows-1; -1 = the last row): n_vocab floats, valid until
+ * the next decode, reset or free on this context. *out_rows (may be NULL) receives how many rows there are.
+ * KT_STATUS_NOT_FOUND for a row out of range (also when none were kept). */
+KT_API kt_status kt_context_logits(kt_context *context, int64_t row, const float **out_logits, int64_t *out_rows);
+
+/* Forgets the sequence and its logits (the KV cache memory is kept for reuse). */
+KT_API void kt_context_reset(kt_context *context);
+
+/* ---- sampling ---- */
+
+typedef struct kt_sampler_params {
+    uint32_t struct_size;       /* sizeof(kt_sampler_params) */
+    float temperature;          /* default 0.8; <= 0: greedy (argmax after penalties) */
+    int32_t top_k;              /* default 40; <= 0: off */
+    float top_p;                /* default 0.95; >= 1: off */
+    float min_p;                /* default 0.05; <= 0: off */
+    float repeat_penalty;       /* default 1 (off); > 1 discourages tokens seen in the last repeat_last_n */
+    int32_t repeat_last_n;      /* default 64; -1: the whole sequence; window of all three penalties */
+    float presence_penalty;     /* default 0: subtracted once from the logit of every token in the window */
+    float frequency_penalty;    /* default 0: subtracted per occurrence in the window */
+    uint32_t reserved0;         /* must be 0 */
+    uint64_t seed;              /* default 0. The context's generator is seeded with it at the first sample after
+                                   create or reset, and whenever the seed changes: same seed, same calls, same
+                                   tokens, on every platform */
+} kt_sampler_params;
+
+KT_API void kt_sampler_params_init(kt_sampler_params *params);
+
+/* Chooses a token from the last logits row (penalties look at the tokens decoded so far), in llama.cpp's
+ * order: penalties, top-k, top-p, min-p, temperature, draw. `params` may be NULL for greedy.
+ * KT_STATUS_MISUSE when the last decode kept no logits. Does not decode the token. */
+KT_API kt_status kt_context_sample(kt_context *context, const kt_sampler_params *params, int32_t *out_token);
+
+/* ---- generation ---- */
+
+/* Called with each generated token as soon as it is decoded; return 0 to continue, non-zero to stop. */
+typedef int32_t (*kt_token_callback)(int32_t token, void *user_data);
+
+#define KT_STOP_MAX_TOKENS 0    /* max_tokens were generated */
+#define KT_STOP_TOKEN 1         /* a stop token was sampled (it is not decoded, reported or stored) */
+#define KT_STOP_CALLBACK 2      /* on_token returned non-zero */
+#define KT_STOP_CONTEXT_FULL 3  /* the context has no room for another token */
+
+typedef struct kt_generate_params {
+    uint32_t struct_size;              /* sizeof(kt_generate_params) */
+    int32_t reserved0;                 /* must be 0 */
+    int64_t max_tokens;                /* default 128 */
+    const int32_t *stop_tokens;        /* default NULL: e.g. the vocabulary's end-of-sequence ids */
+    int64_t n_stop_tokens;
+    const kt_sampler_params *sampler;  /* default NULL: greedy */
+    kt_token_callback on_token;        /* default NULL */
+    void *user_data;
+} kt_generate_params;
+
+KT_API void kt_generate_params_init(kt_generate_params *params);
+
+/* Decodes the prompt (n_prompt may be 0 to continue from the context's last logits), then samples, decodes and
+ * reports tokens until a stop condition. Every reported token has been decoded, so a later call continues the
+ * sequence. Generated tokens are also written to out_tokens (may be NULL) up to `capacity`; *out_n_tokens (may
+ * be NULL) receives how many were generated and *out_stop_reason (may be NULL) a KT_STOP_* code. Errors are
+ * those of kt_context_decode; tokens generated before an error stay in the sequence. */
+KT_API kt_status kt_context_generate(kt_context *context, const int32_t *prompt, int64_t n_prompt,
+                                     const kt_generate_params *params, int32_t *out_tokens, int64_t capacity,
+                                     int64_t *out_n_tokens, int32_t *out_stop_reason);
+
+/* ---- performance counters ---- */
+
+typedef struct kt_perf {
+    uint32_t struct_size;          /* set by the caller: sizeof(kt_perf) */
+    uint32_t reserved0;
+    int64_t n_prefill_tokens;      /* tokens of decode calls with more than one token */
+    double prefill_seconds;
+    int64_t n_decode_tokens;       /* single-token decode calls */
+    double decode_seconds;
+    /* Where the time of all decodes went: */
+    double attention_seconds;      /* attention blocks: norm, Q/K/V/O projections, RoPE, attention over the cache */
+    double experts_seconds;        /* MoE blocks: norm, router, routed and shared experts */
+    double dense_ffn_seconds;      /* dense feed-forward blocks: norm and SwiGLU */
+    double head_seconds;           /* final norm and output projection (logits) */
+    double other_seconds;          /* embedding lookup, residual adds, bookkeeping */
+} kt_perf;
+
+/* Fills *out_perf (struct_size set by the caller) with the counters accumulated since create or perf_reset. */
+KT_API kt_status kt_context_perf(const kt_context *context, kt_perf *out_perf);
+KT_API void kt_context_perf_reset(kt_context *context);
 
 #ifdef __cplusplus
 } /* extern "C" */

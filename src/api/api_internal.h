@@ -11,6 +11,8 @@
 #include "core/status.h"
 #include "kt.h"
 #include "model/gguf/gguf.h"
+#include "model/model.h"
+#include "runtime/context.h"
 
 // Per-handle "last error": guarded by a mutex so that concurrent readers of a shared handle stay safe.
 struct kt_error_slot {
@@ -29,6 +31,15 @@ struct kt_error_slot {
 
 struct kt_model {
     std::unique_ptr<kt::gguf::File> file;
+    kt_error_slot error;
+    // The model prepared for running, built by the first context that needs it (per kernel choice) and shared
+    // by every context after it.
+    std::mutex runners_mutex;
+    std::shared_ptr<const kt::model::Model> runners[2];  // [KT_KERNELS_AUTO, KT_KERNELS_REFERENCE]
+};
+
+struct kt_context {
+    std::unique_ptr<kt::runtime::Context> context;
     kt_error_slot error;
 };
 

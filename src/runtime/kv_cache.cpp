@@ -1,0 +1,123 @@
+#include "runtime/kv_cache.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/checked_math.h"
+#include "core/fp16.h"
+#include "ops/ref/quants_ref.h"
+#include "ops/transformer_ops.h"
+#include "ops/types.h"
+
+namespace kt::runtime {
+namespace {
+
+// Queries handled together per KV head: each cached row is converted to f32 once per block.
+constexpr int64_t kQueryBlock = 16;
+
+void store_row(int32_t type, const float *src, int64_t n, uint8_t *dst) {
+    switch (type) {
+        case KT_TYPE_F32:
+            std::copy_n(src, n, reinterpret_cast<float *>(dst));
+            break;
+        case KT_TYPE_F16:
+            for (int64_t i = 0; i < n; ++i) reinterpret_cast<uint16_t *>(dst)[i] = f32_to_fp16(src[i]);
+            break;
+        case KT_TYPE_BF16:
+            for (int64_t i = 0; i < n; ++i) reinterpret_cast<uint16_t *>(dst)[i] = f32_to_bf16(src[i]);
+            break;
+        default:
+            break;  // create() admits only the types above
+    }
+}
+
+// The row as f32: a view of the cache itself for f32, otherwise converted into `buffer`.
+const float *load_row(int32_t type, const uint8_t *src, int64_t n, float *buffer) {
+    if (type == KT_TYPE_F32) return reinterpret_cast<const float *>(src);
+    ref::dequantize_row(type, src, buffer, n);
+    return buffer;
+}
+
+}  // namespace
+
+Status KvCache::create(const model::HParams &hp, int64_t n_ctx, int32_t type, KvCache *out) {
+    KT_RETURN_IF(type != KT_TYPE_F32 && type != KT_TYPE_F16 && type != KT_TYPE_BF16, KT_STATUS_UNSUPPORTED,
+                 "KV cache type %s is not supported (use F32, F16 or BF16)", kt_type_name(type) ? kt_type_name(type) : "?");
+    KT_RETURN_IF(n_ctx < 1 || n_ctx > model::kMaxContext, KT_STATUS_INVALID_ARGUMENT,
+                 "context length %lld is out of range [1, %lld]", static_cast<long long>(n_ctx),
+                 static_cast<long long>(model::kMaxContext));
+    const ops::TypeTraits &traits = *ops::type_traits(type);
+    KvCache c;
+    c.type_ = type;
+    c.n_ctx_ = n_ctx;
+    c.n_head_ = hp.n_head;
+    c.hkv_ = hp.n_head_kv;
+    c.dk_ = hp.head_dim_k;
+    c.dv_ = hp.head_dim_v;
+    c.kq_scale_ = hp.kq_scale;
+    c.k_row_bytes_ = ops::row_bytes(traits, c.dk_);
+    c.v_row_bytes_ = ops::row_bytes(traits, c.dv_);
+    uint64_t rows = 0, k_bytes = 0, v_bytes = 0;
+    KT_RETURN_IF(!checked_mul(static_cast<uint64_t>(hp.n_layer * hp.n_head_kv), static_cast<uint64_t>(n_ctx), &rows) ||
+                     !checked_mul(rows, static_cast<uint64_t>(c.k_row_bytes_), &k_bytes) ||
+                     !checked_mul(rows, static_cast<uint64_t>(c.v_row_bytes_), &v_bytes),
+                 KT_STATUS_INVALID_ARGUMENT, "KV cache for %lld positions is too large", static_cast<long long>(n_ctx));
+    c.k_.resize(k_bytes);
+    c.v_.resize(v_bytes);
+    c.row_.resize(static_cast<size_t>(std::max(c.dk_, c.dv_)));
+    c.scores_.resize(static_cast<size_t>(kQueryBlock * (c.n_head_ / c.hkv_) * n_ctx));
+    *out = std::move(c);
+    return Status::ok();
+}
+
+void KvCache::attend(int64_t layer, int64_t pos0, int64_t T, const float *q, const float *k, const float *v,
+                     float *out) {
+    const int64_t H = n_head_, Hkv = hkv_, Dk = dk_, Dv = dv_, G = H / Hkv;
+    for (int64_t t = 0; t < T; ++t) {
+        for (int64_t g = 0; g < Hkv; ++g) {
+            store_row(type_, k + (t * Hkv + g) * Dk, Dk, k_row(layer, g, pos0 + t));
+            store_row(type_, v + (t * Hkv + g) * Dv, Dv, v_row(layer, g, pos0 + t));
+        }
+    }
+
+    float *row = row_.data();
+    for (int64_t g = 0; g < Hkv; ++g) {
+        for (int64_t t0 = 0; t0 < T; t0 += kQueryBlock) {
+            const int64_t tb = std::min(kQueryBlock, T - t0);
+            const int64_t n_kv = pos0 + t0 + tb;  // positions the block's last query sees
+            // scores[(tt·G + hh)·n_kv + j] for query t0+tt, head g·G+hh, key position j.
+            float *scores = scores_.data();
+            for (int64_t j = 0; j < n_kv; ++j) {
+                const float *kr = load_row(type_, k_row(layer, g, j), Dk, row);
+                for (int64_t tt = std::max<int64_t>(0, j - pos0 - t0); tt < tb; ++tt)  // causal: j <= pos0 + t0 + tt
+                    for (int64_t hh = 0; hh < G; ++hh) {
+                        const float *qv = q + ((t0 + tt) * H + g * G + hh) * Dk;
+                        scores[(tt * G + hh) * n_kv + j] = ops::dot(qv, kr, Dk) * kq_scale_;
+                    }
+            }
+            for (int64_t tt = 0; tt < tb; ++tt) {
+                const int64_t seen = pos0 + t0 + tt + 1;
+                for (int64_t hh = 0; hh < G; ++hh) {
+                    float *s = scores + (tt * G + hh) * n_kv;
+                    const float max = *std::max_element(s, s + seen);
+                    double sum = 0.0;
+                    for (int64_t j = 0; j < seen; ++j) sum += s[j] = std::exp(s[j] - max);
+                    const float inv = static_cast<float>(1.0 / sum);
+                    for (int64_t j = 0; j < seen; ++j) s[j] *= inv;
+                    std::fill_n(out + ((t0 + tt) * H + g * G + hh) * Dv, Dv, 0.0f);
+                }
+            }
+            for (int64_t j = 0; j < n_kv; ++j) {
+                const float *vr = load_row(type_, v_row(layer, g, j), Dv, row);
+                for (int64_t tt = std::max<int64_t>(0, j - pos0 - t0); tt < tb; ++tt)
+                    for (int64_t hh = 0; hh < G; ++hh) {
+                        const float a = scores[(tt * G + hh) * n_kv + j];
+                        float *o = out + ((t0 + tt) * H + g * G + hh) * Dv;
+                        for (int64_t i = 0; i < Dv; ++i) o[i] += a * vr[i];
+                    }
+            }
+        }
+    }
+}
+
+}  // namespace kt::runtime

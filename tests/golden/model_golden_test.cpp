@@ -1,0 +1,214 @@
+// Golden model logits: shared/testdata/models holds small random-weight GGUFs and the logits llama.cpp computed
+// for three token sequences (prefill, then a 16-token greedy continuation). kt must reproduce them within the
+// README's tiers (shared/testdata/models/README.md, "Comparison rule"):
+//   A  f32 weights (or the exact dequantized weights: *.f32math.ref.gguf) and f32 KV   rel <= 1e-4, top-1 where margin > 0.01
+//   B  as A with an f16 KV cache                                                        rel <= 3e-3, top-1 where margin > 0.1
+//   C  as A with a bf16 KV cache                                                        rel <= 2e-2, top-1 where margin > 0.25
+// rel = max |kt - ref| / max |ref|, over the prefill positions of the three sequences and, separately, over the 48
+// teacher-forced continuation positions. Also: kt's own greedy continuation must equal the reference's up to the
+// first step whose deciding logits have a margin below the tier's threshold.
+//
+// Everything goes through kt.h. Expected values come only from the reference files.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "kt.h"
+#include "support/test_support.h"
+
+namespace {
+
+struct Model {
+    kt_model *model = nullptr;
+    explicit Model(const std::string &path) {
+        kt_error err = {sizeof(kt_error), 0, {0}};
+        INFO("loading " << path);
+        REQUIRE(kt_model_load(path.c_str(), nullptr, &model, &err) == KT_STATUS_OK);
+    }
+    ~Model() { kt_model_free(model); }
+    Model(const Model &) = delete;
+    Model &operator=(const Model &) = delete;
+
+    std::vector<float> tensor(const std::string &name, kt_tensor_info *info = nullptr) const {
+        int64_t index = -1;
+        INFO("tensor " << name);
+        REQUIRE(kt_model_tensor_find(model, name.c_str(), &index) == KT_STATUS_OK);
+        kt_tensor_info local;
+        kt_tensor_info *i = info ? info : &local;
+        i->struct_size = sizeof *i;
+        REQUIRE(kt_model_tensor_info(model, index, i) == KT_STATUS_OK);
+        std::vector<float> values(i->n_elements);
+        REQUIRE(kt_model_tensor_read_f32(model, index, values.data(), values.size(), nullptr) == KT_STATUS_OK);
+        return values;
+    }
+    std::vector<int32_t> tokens(const std::string &name) const {
+        std::vector<int32_t> ids;
+        for (float f : tensor(name)) ids.push_back(static_cast<int32_t>(f));
+        return ids;
+    }
+};
+
+struct Context {
+    kt_context *ctx = nullptr;
+    Context(kt_model *model, int32_t kernels, int32_t kv_type) {
+        kt_context_params p;
+        kt_context_params_init(&p);
+        p.n_ctx = 256;
+        p.kv_type = kv_type;
+        p.kernels = kernels;
+        kt_error err = {sizeof(kt_error), 0, {0}};
+        const kt_status s = kt_context_create(model, &p, &ctx, &err);
+        INFO("kt_context_create: " << err.message);
+        REQUIRE(s == KT_STATUS_OK);
+    }
+    ~Context() { kt_context_free(ctx); }
+    Context(const Context &) = delete;
+    Context &operator=(const Context &) = delete;
+
+    void decode(const int32_t *tokens, int64_t n, int32_t mode) {
+        const kt_status s = kt_context_decode(ctx, tokens, n, mode);
+        INFO("kt_context_decode: " << kt_context_last_error(ctx));
+        REQUIRE(s == KT_STATUS_OK);
+    }
+    const float *logits(int64_t row) {
+        const float *l = nullptr;
+        REQUIRE(kt_context_logits(ctx, row, &l, nullptr) == KT_STATUS_OK);
+        return l;
+    }
+};
+
+struct Tier {
+    const char *name;
+    int32_t kv_type;
+    double max_rel;
+    double margin;  // top-1 must agree where the reference's top-2 margin exceeds this
+};
+
+constexpr Tier kTierA = {"A", KT_TYPE_F32, 1e-4, 0.01};
+constexpr Tier kTierB = {"B", KT_TYPE_F16, 3e-3, 0.1};
+constexpr Tier kTierC = {"C", KT_TYPE_BF16, 2e-2, 0.25};
+
+int64_t argmax(const float *x, int64_t n) { return std::max_element(x, x + n) - x; }
+
+double margin(const float *x, int64_t n) {
+    float best = -INFINITY, second = -INFINITY;
+    for (int64_t i = 0; i < n; ++i) {
+        if (x[i] > best) {
+            second = best;
+            best = x[i];
+        } else if (x[i] > second) {
+            second = x[i];
+        }
+    }
+    return static_cast<double>(best) - second;
+}
+
+// Accumulates rel and top-1 agreement over a set of positions.
+struct Comparison {
+    double max_abs_diff = 0.0, max_abs_ref = 0.0;
+    int positions = 0, top1_checked = 0, top1_agree = 0;
+
+    void add(const float *got, const float *ref, int64_t n_vocab, double margin_threshold) {
+        for (int64_t v = 0; v < n_vocab; ++v) {
+            max_abs_diff = std::max(max_abs_diff, std::fabs(static_cast<double>(got[v]) - ref[v]));
+            max_abs_ref = std::max(max_abs_ref, std::fabs(static_cast<double>(ref[v])));
+        }
+        ++positions;
+        if (margin(ref, n_vocab) > margin_threshold) {
+            ++top1_checked;
+            top1_agree += argmax(got, n_vocab) == argmax(ref, n_vocab);
+        }
+    }
+    double rel() const { return max_abs_diff / max_abs_ref; }
+};
+
+// Runs one model file with one kind of kernels against one reference file under one tier.
+void check(const std::string &model_file, const std::string &ref_file, int32_t kernels, const Tier &tier) {
+    const std::string dir = kt::test::testdata_path("models/");
+    Model model(dir + model_file), ref(dir + ref_file);
+    int64_t n_vocab = 0, n_seq = 0, n_gen = 0;
+    REQUIRE(kt_model_meta_get_int(ref.model, "ref.n_vocab", &n_vocab) == KT_STATUS_OK);
+    REQUIRE(kt_model_meta_get_int(ref.model, "ref.n_seq", &n_seq) == KT_STATUS_OK);
+    REQUIRE(kt_model_meta_get_int(ref.model, "ref.n_gen", &n_gen) == KT_STATUS_OK);
+    const char *ref_model = nullptr;
+    REQUIRE(kt_model_meta_get_string(ref.model, "ref.model_file", &ref_model, nullptr) == KT_STATUS_OK);
+    REQUIRE(std::string(ref_model) == model_file);
+
+    Context ctx(model.model, kernels, tier.kv_type);
+    REQUIRE(kt_context_n_vocab(ctx.ctx) == n_vocab);
+    Comparison prefill, continuation;
+    int greedy_checked = 0;
+    for (int64_t s = 0; s < n_seq; ++s) {
+        const std::string seq = "seq" + std::to_string(s);
+        const std::vector<int32_t> tokens = ref.tokens(seq + ".tokens");
+        const std::vector<int32_t> gen = ref.tokens(seq + ".gen.tokens");
+        const std::vector<float> logits = ref.tensor(seq + ".logits");
+        const std::vector<float> gen_logits = ref.tensor(seq + ".gen.logits");
+        const int64_t n = static_cast<int64_t>(tokens.size());
+        REQUIRE(static_cast<int64_t>(gen.size()) == n_gen);
+
+        // Prefill in one call, logits at every position; then teacher-force the continuation one token at a time.
+        kt_context_reset(ctx.ctx);
+        ctx.decode(tokens.data(), n, KT_LOGITS_ALL);
+        for (int64_t p = 0; p < n; ++p) prefill.add(ctx.logits(p), logits.data() + p * n_vocab, n_vocab, tier.margin);
+        for (int64_t j = 0; j < n_gen; ++j) {
+            ctx.decode(&gen[j], 1, KT_LOGITS_LAST);
+            continuation.add(ctx.logits(0), gen_logits.data() + j * n_vocab, n_vocab, tier.margin);
+        }
+
+        // kt's own greedy continuation, checked up to the first step the reference decided with a small margin.
+        kt_context_reset(ctx.ctx);
+        kt_generate_params gp;
+        kt_generate_params_init(&gp);
+        gp.max_tokens = n_gen;
+        std::vector<int32_t> mine(static_cast<size_t>(n_gen), -1);
+        int64_t produced = 0;
+        REQUIRE(kt_context_generate(ctx.ctx, tokens.data(), n, &gp, mine.data(), n_gen, &produced, nullptr) == KT_STATUS_OK);
+        REQUIRE(produced == n_gen);
+        for (int64_t j = 0; j < n_gen; ++j) {
+            const float *deciding = j == 0 ? logits.data() + (n - 1) * n_vocab : gen_logits.data() + (j - 1) * n_vocab;
+            if (margin(deciding, n_vocab) <= tier.margin) break;
+            INFO(seq << " greedy step " << j);
+            CHECK(mine[j] == gen[j]);
+            ++greedy_checked;
+        }
+    }
+
+    std::printf("golden %-34s tier %s %-9s prefill rel %.2e top-1 %d/%d | continuation rel %.2e top-1 %d/%d | greedy %d steps\n",
+                (model_file + " vs " + ref_file.substr(ref_file.find('.') + 1)).c_str(), tier.name,
+                kernels == KT_KERNELS_REFERENCE ? "reference" : "auto", prefill.rel(), prefill.top1_agree,
+                prefill.top1_checked, continuation.rel(), continuation.top1_agree, continuation.top1_checked,
+                greedy_checked);
+    INFO(model_file << " vs " << ref_file << ", tier " << tier.name);
+    CHECK(prefill.positions == 8 + 33 + 64);
+    CHECK(continuation.positions == 3 * n_gen);
+    CHECK(prefill.rel() <= tier.max_rel);
+    CHECK(continuation.rel() <= tier.max_rel);
+    CHECK(prefill.top1_agree == prefill.top1_checked);
+    CHECK(continuation.top1_agree == continuation.top1_checked);
+    CHECK(prefill.top1_checked > 0);
+    CHECK(greedy_checked > 0);
+}
+
+// Every tier for one model: its f32 file against the f32 reference (A, B, C), and each quantized file, computed
+// with the exact dequantized weights, against its f32math reference (A, B).
+void check_model(const std::string &name, const std::vector<std::string> &quant_types) {
+    for (const Tier *tier : {&kTierA, &kTierB, &kTierC})
+        check(name + ".f32.gguf", name + ".f32.ref.gguf", KT_KERNELS_REFERENCE, *tier);
+    for (const std::string &q : quant_types)
+        for (const Tier *tier : {&kTierA, &kTierB})
+            check(name + "." + q + ".gguf", name + "." + q + ".f32math.ref.gguf", KT_KERNELS_REFERENCE, *tier);
+}
+
+}  // namespace
+
+TEST_CASE("golden logits: llama-dense") { check_model("llama-dense", {"q8_0"}); }
+TEST_CASE("golden logits: llama-moe") { check_model("llama-moe", {"q8_0"}); }
+TEST_CASE("golden logits: qwen2") { check_model("qwen2", {"q8_0"}); }
+TEST_CASE("golden logits: qwen3") { check_model("qwen3", {"q8_0"}); }
+TEST_CASE("golden logits: qwen2moe") { check_model("qwen2moe", {"q8_0"}); }
+TEST_CASE("golden logits: qwen3moe") { check_model("qwen3moe", {"q8_0", "q4_k_m"}); }

@@ -69,6 +69,7 @@ Status create_context(kt_model *model, const kt_context_params &p, kt_context **
     kt::runtime::ContextParams cp;
     cp.n_ctx = p.n_ctx > 0 ? p.n_ctx : std::min(m->hp.n_ctx_train, kDefaultMaxContext);
     cp.n_batch = p.n_batch;
+    cp.n_threads = p.n_threads;
     cp.kv_type = p.kv_type;
     if (p.abort_callback) {
         const kt_abort_callback callback = p.abort_callback;

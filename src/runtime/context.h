@@ -22,6 +22,7 @@ namespace kt::runtime {
 struct ContextParams {
     int64_t n_ctx = 4096;          // positions the KV cache holds
     int64_t n_batch = 512;         // tokens per forward step
+    int n_threads = 0;             // 0: one per physical core
     int32_t kv_type = KT_TYPE_F16;
     std::function<bool()> should_abort;  // polled after every layer; true cancels the decode
 };
@@ -51,6 +52,7 @@ public:
                          std::unique_ptr<Context> *out);
 
     const model::Model &model() const { return *model_; }
+    int n_threads() const { return pool_->size(); }
     int64_t n_ctx() const { return cache_.n_ctx(); }
     int64_t n_past() const { return n_past_; }
     int64_t n_vocab() const { return model_->hp.n_vocab; }
@@ -80,6 +82,7 @@ public:
 
     // ForwardHost
     model::Scratch &scratch() override { return scratch_; }
+    ThreadPool &pool() override { return *pool_; }
     Status attention(int64_t layer, const float *q, const float *k, const float *v, float *out) override;
     void enter(model::Phase phase) override;
     Status layer_done(int64_t layer) override;
@@ -92,6 +95,7 @@ private:
 
     std::shared_ptr<const model::Model> model_;
     ContextParams params_;
+    std::unique_ptr<ThreadPool> pool_;
     KvCache cache_;
     model::Scratch scratch_;
     int64_t n_past_ = 0;

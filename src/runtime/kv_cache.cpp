@@ -40,7 +40,7 @@ const float *load_row(int32_t type, const uint8_t *src, int64_t n, float *buffer
 
 }  // namespace
 
-Status KvCache::create(const model::HParams &hp, int64_t n_ctx, int32_t type, KvCache *out) {
+Status KvCache::create(const model::HParams &hp, int64_t n_ctx, int32_t type, int n_threads, KvCache *out) {
     KT_RETURN_IF(type != KT_TYPE_F32 && type != KT_TYPE_F16 && type != KT_TYPE_BF16, KT_STATUS_UNSUPPORTED,
                  "KV cache type %s is not supported (use F32, F16 or BF16)", kt_type_name(type) ? kt_type_name(type) : "?");
     KT_RETURN_IF(n_ctx < 1 || n_ctx > model::kMaxContext, KT_STATUS_INVALID_ARGUMENT,
@@ -64,59 +64,68 @@ Status KvCache::create(const model::HParams &hp, int64_t n_ctx, int32_t type, Kv
                  KT_STATUS_INVALID_ARGUMENT, "KV cache for %lld positions is too large", static_cast<long long>(n_ctx));
     c.k_.resize(k_bytes);
     c.v_.resize(v_bytes);
-    c.row_.resize(static_cast<size_t>(std::max(c.dk_, c.dv_)));
-    c.scores_.resize(static_cast<size_t>(kQueryBlock * (c.n_head_ / c.hkv_) * n_ctx));
+    c.scratch_per_thread_ = std::max(c.dk_, c.dv_) + kQueryBlock * (c.n_head_ / c.hkv_) * n_ctx;
+    c.scratch_.resize(static_cast<size_t>(c.scratch_per_thread_ * std::max(n_threads, 1)));
     *out = std::move(c);
     return Status::ok();
 }
 
 void KvCache::attend(int64_t layer, int64_t pos0, int64_t T, const float *q, const float *k, const float *v,
-                     float *out) {
-    const int64_t H = n_head_, Hkv = hkv_, Dk = dk_, Dv = dv_, G = H / Hkv;
+                     float *out, ThreadPool &pool) {
+    const int64_t Hkv = hkv_, Dk = dk_, Dv = dv_;
     for (int64_t t = 0; t < T; ++t) {
         for (int64_t g = 0; g < Hkv; ++g) {
             store_row(type_, k + (t * Hkv + g) * Dk, Dk, k_row(layer, g, pos0 + t));
             store_row(type_, v + (t * Hkv + g) * Dv, Dv, v_row(layer, g, pos0 + t));
         }
     }
-
-    float *row = row_.data();
-    for (int64_t g = 0; g < Hkv; ++g) {
-        for (int64_t t0 = 0; t0 < T; t0 += kQueryBlock) {
-            const int64_t tb = std::min(kQueryBlock, T - t0);
-            const int64_t n_kv = pos0 + t0 + tb;  // positions the block's last query sees
-            // scores[(tt·G + hh)·n_kv + j] for query t0+tt, head g·G+hh, key position j.
-            float *scores = scores_.data();
-            for (int64_t j = 0; j < n_kv; ++j) {
-                const float *kr = load_row(type_, k_row(layer, g, j), Dk, row);
-                for (int64_t tt = std::max<int64_t>(0, j - pos0 - t0); tt < tb; ++tt)  // causal: j <= pos0 + t0 + tt
-                    for (int64_t hh = 0; hh < G; ++hh) {
-                        const float *qv = q + ((t0 + tt) * H + g * G + hh) * Dk;
-                        scores[(tt * G + hh) * n_kv + j] = ops::dot(qv, kr, Dk) * kq_scale_;
-                    }
-            }
-            for (int64_t tt = 0; tt < tb; ++tt) {
-                const int64_t seen = pos0 + t0 + tt + 1;
-                for (int64_t hh = 0; hh < G; ++hh) {
-                    float *s = scores + (tt * G + hh) * n_kv;
-                    const float max = *std::max_element(s, s + seen);
-                    double sum = 0.0;
-                    for (int64_t j = 0; j < seen; ++j) sum += s[j] = std::exp(s[j] - max);
-                    const float inv = static_cast<float>(1.0 / sum);
-                    for (int64_t j = 0; j < seen; ++j) s[j] *= inv;
-                    std::fill_n(out + ((t0 + tt) * H + g * G + hh) * Dv, Dv, 0.0f);
-                }
-            }
-            for (int64_t j = 0; j < n_kv; ++j) {
-                const float *vr = load_row(type_, v_row(layer, g, j), Dv, row);
-                for (int64_t tt = std::max<int64_t>(0, j - pos0 - t0); tt < tb; ++tt)
-                    for (int64_t hh = 0; hh < G; ++hh) {
-                        const float a = scores[(tt * G + hh) * n_kv + j];
-                        float *o = out + ((t0 + tt) * H + g * G + hh) * Dv;
-                        for (int64_t i = 0; i < Dv; ++i) o[i] += a * vr[i];
-                    }
-            }
+    const int64_t blocks = (T + kQueryBlock - 1) / kQueryBlock;
+    Status s = pool.parallel_for(Hkv * blocks, 1, [&](int64_t begin, int64_t end, int thread) {
+        for (int64_t task = begin; task < end; ++task) {
+            const int64_t g = task / blocks, t0 = (task % blocks) * kQueryBlock;
+            attend_block(layer, g, pos0, t0, std::min(kQueryBlock, T - t0), q, out,
+                         scratch_.data() + thread * scratch_per_thread_);
         }
+    });
+    (void)s;  // the body cannot throw
+}
+
+// Queries t0 .. t0+tb-1 of the batch, all query heads of KV head g.
+void KvCache::attend_block(int64_t layer, int64_t g, int64_t pos0, int64_t t0, int64_t tb, const float *q,
+                           float *out, float *scratch) {
+    const int64_t H = n_head_, Dk = dk_, Dv = dv_, G = H / hkv_;
+    const int64_t n_kv = pos0 + t0 + tb;  // positions the block's last query sees
+    float *row = scratch;
+    // scores[(tt·G + hh)·n_kv + j] for query t0+tt, head g·G+hh, key position j.
+    float *scores = scratch + std::max(Dk, Dv);
+    for (int64_t j = 0; j < n_kv; ++j) {
+        const float *kr = load_row(type_, k_row(layer, g, j), Dk, row);
+        for (int64_t tt = std::max<int64_t>(0, j - pos0 - t0); tt < tb; ++tt)  // causal: j <= pos0 + t0 + tt
+            for (int64_t hh = 0; hh < G; ++hh) {
+                const float *qv = q + ((t0 + tt) * H + g * G + hh) * Dk;
+                scores[(tt * G + hh) * n_kv + j] = ops::dot(qv, kr, Dk) * kq_scale_;
+            }
+    }
+    for (int64_t tt = 0; tt < tb; ++tt) {
+        const int64_t seen = pos0 + t0 + tt + 1;
+        for (int64_t hh = 0; hh < G; ++hh) {
+            float *s = scores + (tt * G + hh) * n_kv;
+            const float max = *std::max_element(s, s + seen);
+            double sum = 0.0;
+            for (int64_t j = 0; j < seen; ++j) sum += s[j] = std::exp(s[j] - max);
+            const float inv = static_cast<float>(1.0 / sum);
+            for (int64_t j = 0; j < seen; ++j) s[j] *= inv;
+            std::fill_n(out + ((t0 + tt) * H + g * G + hh) * Dv, Dv, 0.0f);
+        }
+    }
+    for (int64_t j = 0; j < n_kv; ++j) {
+        const float *vr = load_row(type_, v_row(layer, g, j), Dv, row);
+        for (int64_t tt = std::max<int64_t>(0, j - pos0 - t0); tt < tb; ++tt)
+            for (int64_t hh = 0; hh < G; ++hh) {
+                const float a = scores[(tt * G + hh) * n_kv + j];
+                float *o = out + ((t0 + tt) * H + g * G + hh) * Dv;
+                for (int64_t i = 0; i < Dv; ++i) o[i] += a * vr[i];
+            }
     }
 }
 

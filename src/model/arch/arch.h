@@ -96,7 +96,9 @@ struct Projection {
     Vector bias;
     std::unique_ptr<ops::Linear> linear;
     explicit operator bool() const { return weight != nullptr; }
-    void forward(const float *x, int64_t n_tokens, float *y) const { linear->forward(x, n_tokens, y); }
+    void forward(const float *x, int64_t n_tokens, float *y, ThreadPool &pool) const {
+        linear->forward(x, n_tokens, y, pool);
+    }
 };
 
 // A SwiGLU feed-forward: dense (one expert) or a stack of experts.
@@ -198,6 +200,7 @@ class ForwardHost {
 public:
     virtual ~ForwardHost() = default;
     virtual Scratch &scratch() = 0;
+    virtual ThreadPool &pool() = 0;
     // Causal attention of the batch's queries over the cache, after appending this batch's keys and values.
     // q: [T, H, Dk] (RoPE applied); k: [T, Hkv, Dk]; v: [T, Hkv, Dv]; out: [T, H, Dv].
     virtual Status attention(int64_t layer, const float *q, const float *k, const float *v, float *out) = 0;

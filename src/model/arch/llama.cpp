@@ -72,9 +72,9 @@ Status llama_forward(const Model &m, const Batch &b, ForwardHost &host) {
         host.enter(hp.n_expert == 0 ? Phase::kDenseFfn : Phase::kExperts);
         ops::rms_norm(x, L.ffn_norm.data(), T, E, hp.rms_eps, h);
         if (hp.n_expert == 0) {
-            dense_ffn(L.ffn, h, T, nullptr, s, f);                          // f [T, E]
+            dense_ffn(L.ffn, h, T, nullptr, host, f);                          // f [T, E]
         } else {
-            moe_ffn(L, routing, h, T, s, f);
+            moe_ffn(L, routing, h, T, host, f);
         }
         ops::add_inplace(x, f, T * E);
         KT_TRY(host.layer_done(il));

@@ -63,10 +63,10 @@ Status forward(const Model &m, const Batch &b, ForwardHost &host) {
 
         host.enter(Phase::kExperts);
         ops::rms_norm(x, L.ffn_norm.data(), T, E, hp.rms_eps, h);
-        moe_ffn(L, routing, h, T, s, f);                                    // f [T, E] routed experts
+        moe_ffn(L, routing, h, T, host, f);                                    // f [T, E] routed experts
         for (int64_t t = 0; t < T; ++t)                                     // shared-expert gate [T]
             s.shared_scale[t] = ops::sigmoid(ops::dot(L.shared_gate.data(), h + t * E, E));
-        dense_ffn(L.shared, h, T, s.shared_scale.data(), s, shared);        // shared [T, E]
+        dense_ffn(L.shared, h, T, s.shared_scale.data(), host, shared);        // shared [T, E]
         ops::add_inplace(f, shared, T * E);
         ops::add_inplace(x, f, T * E);
         KT_TRY(host.layer_done(il));

@@ -149,21 +149,73 @@ private:
     std::set<std::string_view> used_;
 };
 
-}  // namespace
+// The planner's TensorTable: records what the architecture asks for.
+class Recorder final : public TensorTable {
+public:
+    explicit Recorder(std::vector<TensorSpec> *out) : out_(out) {}
 
-Status Model::load(const gguf::File &file, const ops::KernelFactory &kernels, std::unique_ptr<Model> *out) {
+    void embedding(const std::string &name, int64_t n_embd, int64_t n_vocab, Embedding &) override {
+        add(name + ".weight", {n_embd, n_vocab}, TensorSpec::Role::kEmbedding, false);
+    }
+    void vector(const std::string &name, int64_t n, uint32_t need, Vector &) override {
+        add(name + ".weight", {n}, TensorSpec::Role::kVector, need & kOptional);
+    }
+    void linear(const std::string &name, int64_t in, int64_t out, uint32_t need, Projection &) override {
+        add(name + ".weight", {in, out}, TensorSpec::Role::kMatrix, need & (kOptional | kTiedToEmbedding));
+        if (need & (kBias | kOptionalBias)) add(name + ".bias", {out}, TensorSpec::Role::kVector, !(need & kBias));
+    }
+    void ffn(const std::string &prefix, const std::string &suffix, int64_t n_embd, int64_t n_ff, int64_t n_expert,
+             uint32_t need, Ffn &) override {
+        const TensorSpec::Role role = n_expert > 0 ? TensorSpec::Role::kExperts : TensorSpec::Role::kMatrix;
+        std::vector<int64_t> in = {n_embd, n_ff}, out = {n_ff, n_embd};
+        if (n_expert > 0) {
+            in.push_back(n_expert);
+            out.push_back(n_expert);
+        }
+        add(prefix + "_gate" + suffix + ".weight", in, role, need & kOptional);
+        add(prefix + "_up" + suffix + ".weight", in, role, need & kOptional);
+        add(prefix + "_down" + suffix + ".weight", out, role, need & kOptional);
+    }
+
+private:
+    void add(std::string name, std::vector<int64_t> ne, TensorSpec::Role role, bool optional) {
+        out_->push_back(TensorSpec{std::move(name), std::move(ne), role, optional});
+    }
+    std::vector<TensorSpec> *out_;
+};
+
+// The architecture and hyperparameters of a file.
+Status read_architecture(const gguf::File &file, const Architecture **arch, HParams *hp) {
     std::string_view arch_name;
     KT_RETURN_IF(!file.find("general.architecture"), KT_STATUS_INVALID_FILE,
                  "%s: metadata key 'general.architecture' is missing", file.source_name().c_str());
     KT_TRY(file.get_string("general.architecture", &arch_name));
+    hp->arch = std::string(arch_name);
+    *arch = find_architecture(hp->arch);
+    KT_RETURN_IF(!*arch, KT_STATUS_UNSUPPORTED, "%s: architecture '%s' is not supported (kt runs: %s)",
+                 file.source_name().c_str(), hp->arch.c_str(), known_architectures().c_str());
+    return Status((*arch)->read_hparams(file, hp)).with_context(file.source_name());
+}
+
+}  // namespace
+
+Status list_tensors(const gguf::File &file, std::vector<TensorSpec> *out) {
+    const Architecture *arch = nullptr;
+    HParams hp;
+    KT_TRY(read_architecture(file, &arch, &hp));
+    Weights w;
+    w.layers.resize(static_cast<size_t>(hp.n_layer));
+    out->clear();
+    Recorder recorder(out);
+    arch->for_each_tensor(hp, w, recorder);
+    return Status::ok();
+}
+
+Status Model::load(const gguf::File &file, const ops::KernelFactory &kernels, std::unique_ptr<Model> *out) {
     auto m = std::make_unique<Model>();
     m->file = &file;
     m->kernels = &kernels;
-    m->hp.arch = std::string(arch_name);
-    m->arch = find_architecture(m->hp.arch);
-    KT_RETURN_IF(!m->arch, KT_STATUS_UNSUPPORTED, "%s: architecture '%s' is not supported (kt runs: %s)",
-                 file.source_name().c_str(), m->hp.arch.c_str(), known_architectures().c_str());
-    KT_TRY(Status(m->arch->read_hparams(file, &m->hp)).with_context(file.source_name()));
+    KT_TRY(read_architecture(file, &m->arch, &m->hp));
 
     m->w.layers.resize(static_cast<size_t>(m->hp.n_layer));
     Binder binder(file, kernels, m->hp.arch);

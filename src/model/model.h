@@ -5,6 +5,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "model/arch/arch.h"
@@ -26,5 +28,24 @@ struct Model {
     // the kernels.
     static Status load(const gguf::File &file, const ops::KernelFactory &kernels, std::unique_ptr<Model> *out);
 };
+
+// One tensor an architecture uses, as its table lists it for a file's hyperparameters.
+struct TensorSpec {
+    enum class Role : int32_t {
+        kEmbedding = 0,  // token_embd: rows read by token id
+        kVector = 1,     // norm weights, biases, gates: f32 vectors
+        kMatrix = 2,     // a projection (ne = {in, out})
+        kExperts = 3,    // a stack of expert matrices (ne = {in, out, n_expert})
+    };
+    std::string name;
+    std::vector<int64_t> ne;  // GGML order
+    Role role = Role::kMatrix;
+    bool optional = false;
+};
+
+// Every tensor the file's architecture would use (optional ones flagged), from its metadata alone: the tensors
+// themselves need not exist (vocab_size gives the vocabulary then). For writers of synthetic models and for
+// planners.
+Status list_tensors(const gguf::File &file, std::vector<TensorSpec> *out);
 
 }  // namespace kt::model

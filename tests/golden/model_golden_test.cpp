@@ -58,6 +58,8 @@ struct Context {
         kt_context_params p;
         kt_context_params_init(&p);
         p.n_ctx = 256;
+        p.n_threads = 1;  // llama.cpp's settings; threading is covered by the API tests, and a loaded CI machine
+                          // makes a job-per-matmul pool of tiny matrices slow
         p.kv_type = kv_type;
         p.kernels = kernels;
         kt_error err = {sizeof(kt_error), 0, {0}};

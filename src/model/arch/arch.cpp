@@ -169,17 +169,22 @@ Status read_common_hparams(const gguf::File &file, const HParamReader &r, HParam
                  "%s has %lld experts but '%s' is missing or 0", hp->arch.c_str(), static_cast<long long>(hp->n_expert),
                  r.key("expert_used_count").c_str());
 
-    // The vocabulary size is token_embd's row count; a vocab_size key, when present, must agree.
+    // The vocabulary size: the vocab_size key, else token_embd's row count; when both exist they must agree.
     const gguf::TensorInfo *embd = file.find_tensor("token_embd.weight");
-    KT_RETURN_IF(!embd, KT_STATUS_INVALID_FILE, "%s: tensor 'token_embd.weight' is missing", hp->arch.c_str());
-    hp->n_vocab = embd->ne[1];
-    KT_RETURN_IF(hp->n_vocab < 1 || hp->n_vocab > kMaxVocab, KT_STATUS_INVALID_FILE,
-                 "tensor 'token_embd.weight' has %lld rows; kt accepts vocabularies of 1 to %lld tokens",
-                 static_cast<long long>(hp->n_vocab), static_cast<long long>(kMaxVocab));
-    int64_t vocab_key = hp->n_vocab;
-    KT_TRY(r.get_int_or("vocab_size", hp->n_vocab, 1, kMaxVocab, &vocab_key));
-    KT_RETURN_IF(vocab_key != hp->n_vocab, KT_STATUS_INVALID_FILE, "metadata key '%s' = %lld but token_embd has %lld rows",
-                 r.key("vocab_size").c_str(), static_cast<long long>(vocab_key), static_cast<long long>(hp->n_vocab));
+    KT_RETURN_IF(!embd && !r.has("vocab_size"), KT_STATUS_INVALID_FILE,
+                 "%s: tensor 'token_embd.weight' is missing (and there is no '%s' key)", hp->arch.c_str(),
+                 r.key("vocab_size").c_str());
+    if (r.has("vocab_size")) {
+        KT_TRY(r.get_int("vocab_size", 1, kMaxVocab, &hp->n_vocab));
+        KT_RETURN_IF(embd && embd->ne[1] != hp->n_vocab, KT_STATUS_INVALID_FILE,
+                     "metadata key '%s' = %lld but token_embd has %lld rows", r.key("vocab_size").c_str(),
+                     static_cast<long long>(hp->n_vocab), static_cast<long long>(embd->ne[1]));
+    } else {
+        hp->n_vocab = embd->ne[1];
+        KT_RETURN_IF(hp->n_vocab < 1 || hp->n_vocab > kMaxVocab, KT_STATUS_INVALID_FILE,
+                     "tensor 'token_embd.weight' has %lld rows; kt accepts vocabularies of 1 to %lld tokens",
+                     static_cast<long long>(hp->n_vocab), static_cast<long long>(kMaxVocab));
+    }
 
     hp->kq_scale = 1.0f / std::sqrt(static_cast<float>(hp->head_dim_k));
     return Status::ok();

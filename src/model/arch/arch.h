@@ -75,7 +75,8 @@ private:
 };
 
 // The generic keys every family here uses (§3.2): sizes, heads, head dims, RMS epsilon, RoPE with linear or
-// YaRN scaling, expert counts. n_vocab comes from token_embd when the file has no vocab_size key.
+// YaRN scaling, expert counts. n_vocab is the vocab_size key or, without it, token_embd's row count, so a
+// metadata-only file with vocab_size is enough to know every tensor's shape.
 Status read_common_hparams(const gguf::File &file, const HParamReader &r, HParams *hp);
 
 // ------------------------------------------------------------------------------------------------------------

@@ -288,8 +288,9 @@ KT_API void kt_context_free(kt_context *context);
 /* The message of the last failed call on this context ("" if none); valid until the next call on it. */
 KT_API const char *kt_context_last_error(const kt_context *context);
 
-/* Sizes: vocabulary (logits per row), positions the context holds, positions used so far. */
+/* Sizes: vocabulary (logits per row), positions the context holds, positions used so far, threads it runs on. */
 KT_API int64_t kt_context_n_vocab(const kt_context *context);
+KT_API int32_t kt_context_n_threads(const kt_context *context);
 KT_API int64_t kt_context_n_ctx(const kt_context *context);
 KT_API int64_t kt_context_n_past(const kt_context *context);
 
@@ -389,6 +390,26 @@ typedef struct kt_perf {
 /* Fills *out_perf (struct_size set by the caller) with the counters accumulated since create or perf_reset. */
 KT_API kt_status kt_context_perf(const kt_context *context, kt_perf *out_perf);
 KT_API void kt_context_perf_reset(kt_context *context);
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* The machine's roofline, for benchmarks: memory read bandwidth and int8 dot-product peak, measured now with   */
+/* the given threads, so that results can be stated as a fraction of what the machine does at this moment.      */
+
+typedef struct kt_roofline {
+    uint32_t struct_size;       /* set by the caller: sizeof(kt_roofline) */
+    int32_t n_threads;          /* threads that ran the probes (one per physical core when 0 was asked for) */
+    uint64_t buffer_bytes;      /* bytes streamed per bandwidth pass */
+    double read_bytes_per_s;    /* best pass of every thread summing its own slice of the buffer */
+    double int8_ops_per_s;      /* best of independent int8 dot instructions on every thread; 2 ops per
+                                   multiply-add */
+    char int8_isa[16];          /* the instruction measured: "avx512-vnni", "avx-vnni", "avx2" or "scalar" (AMX
+                                   tiles are not measured) */
+} kt_roofline;
+
+/* Measures the roofline with n_threads (0: one per physical core, pinned as contexts pin theirs). buffer_bytes:
+ * the bandwidth buffer, several times the last-level cache (0: 1 GiB). Takes about a second; allocates and frees
+ * the buffer. */
+KT_API kt_status kt_measure_roofline(int32_t n_threads, uint64_t buffer_bytes, kt_roofline *out);
 
 #ifdef __cplusplus
 } /* extern "C" */

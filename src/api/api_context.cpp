@@ -151,6 +151,7 @@ KT_API const char *kt_context_last_error(const kt_context *context) {
 KT_API int64_t kt_context_n_vocab(const kt_context *context) { return context ? context->context->n_vocab() : 0; }
 KT_API int64_t kt_context_n_ctx(const kt_context *context) { return context ? context->context->n_ctx() : 0; }
 KT_API int64_t kt_context_n_past(const kt_context *context) { return context ? context->context->n_past() : 0; }
+KT_API int32_t kt_context_n_threads(const kt_context *context) { return context ? context->context->n_threads() : 0; }
 
 KT_API kt_status kt_context_decode(kt_context *context, const int32_t *tokens, int64_t n_tokens, int32_t logits_mode) {
     return guard_on(context, [&]() -> Status {

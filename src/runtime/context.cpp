@@ -1,34 +1,10 @@
 #include "runtime/context.h"
 
 #include <algorithm>
-#include <thread>
 
-#include "mem/thread_placement.h"
-#include "mem/topology.h"
+#include "mem/pinned_pool.h"
 
 namespace kt::runtime {
-namespace {
-
-// A pool of n threads (0: one per physical core), workers pinned one per core where the system allows; the
-// caller of a decode joins as thread 0 and is never re-pinned.
-Status create_pool(int n_threads, std::unique_ptr<ThreadPool> *out) {
-    ThreadPoolOptions options;
-    options.name = "kt-ctx";
-    const mem::Topology *topology = nullptr;
-    auto plan = std::make_shared<mem::ThreadPlan>();
-    if (mem::Topology::shared(&topology).is_ok() && mem::plan_threads(*topology, n_threads, {}, plan.get()).is_ok()) {
-        options.n_threads = static_cast<int>(plan->threads.size());
-        options.on_worker_start = [topology, plan](int worker) {
-            const int pu = plan->threads[static_cast<size_t>(worker)].pu;
-            if (pu >= 0) (void)topology->bind_current_thread(pu);  // unpinned is slower, not wrong
-        };
-    } else {
-        options.n_threads = n_threads > 0 ? n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    }
-    return ThreadPool::create(std::move(options), out);
-}
-
-}  // namespace
 
 Status Context::create(std::shared_ptr<const model::Model> model, const ContextParams &params,
                        std::unique_ptr<Context> *out) {
@@ -40,7 +16,7 @@ Status Context::create(std::shared_ptr<const model::Model> model, const ContextP
     c->params_.n_batch = std::min(params.n_batch, params.n_ctx);
     KT_RETURN_IF(params.n_threads < 0 || params.n_threads > 4096, KT_STATUS_INVALID_ARGUMENT,
                  "n_threads %d is out of range [0, 4096]", params.n_threads);
-    KT_TRY(create_pool(params.n_threads, &c->pool_));
+    KT_TRY(mem::create_pinned_pool(params.n_threads, "kt-ctx", &c->pool_));
     KT_TRY(KvCache::create(c->model_->hp, params.n_ctx, params.kv_type, c->pool_->size(), &c->cache_));
     c->scratch_.reserve(c->model_->hp, c->params_.n_batch);
     c->positions_.resize(static_cast<size_t>(c->params_.n_batch));

@@ -372,6 +372,33 @@ KT_API kt_status kt_gguf_writer_add_tensor_fill(kt_gguf_writer *writer, const ch
  * KT_STATUS_INVALID_ARGUMENT (NULL path). */
 KT_API kt_status kt_gguf_writer_write_file(kt_gguf_writer *writer, const char *path);
 
+/* The tensors kt needs for the model that the writer's metadata describes (general.architecture and its
+ * hyperparameters; <arch>.vocab_size gives the vocabulary size), listed from the architecture's own tensor table:
+ * what a program writing a model (a converter, kt-synth) must add. Tensors already added are not looked at. */
+
+#define KT_TENSOR_ROLE_EMBEDDING 0  /* token_embd: rows read by token id */
+#define KT_TENSOR_ROLE_VECTOR 1     /* norm weights, biases, gate vectors (kept in F32 by converters) */
+#define KT_TENSOR_ROLE_MATRIX 2     /* a projection, ne = {in, out} */
+#define KT_TENSOR_ROLE_EXPERTS 3    /* a stack of expert matrices, ne = {in, out, n_expert} */
+
+typedef struct kt_tensor_spec {
+    uint32_t struct_size;    /* sizeof(kt_tensor_spec) */
+    int32_t role;            /* KT_TENSOR_ROLE_* */
+    int32_t optional;        /* 1: kt runs the model without it (a bias, an untied output head, rope_freqs) */
+    int32_t n_dims;
+    int64_t ne[KT_MAX_DIMS]; /* GGML order; unused dims are 1 */
+    const char *name;        /* valid during the callback only */
+} kt_tensor_spec;
+
+/* Called once per tensor, in the order a converter would write them; return 0 to continue, non-zero to stop. */
+typedef int32_t (*kt_tensor_spec_callback)(const kt_tensor_spec *spec, void *user_data);
+
+/* Statuses: KT_STATUS_UNSUPPORTED (an architecture kt does not run), KT_STATUS_INVALID_FILE (a hyperparameter is
+ * missing or out of range; kt_gguf_writer_last_error names the key), KT_STATUS_CANCELLED (the callback stopped),
+ * KT_STATUS_INVALID_ARGUMENT (NULL writer or callback). */
+KT_API kt_status kt_gguf_writer_expected_tensors(const kt_gguf_writer *writer, kt_tensor_spec_callback callback,
+                                                 void *user_data);
+
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Contexts: running a model. A context holds one token sequence (its KV cache), the logits of its last decode  */
 /* and a sampler. Architectures: llama (dense and Mixtral-style MoE), qwen2, qwen3, qwen2moe, qwen3moe.         */

@@ -422,3 +422,73 @@ TEST_CASE("context: performance counters count tokens and time by phase") {
     perf.struct_size = 8;
     CHECK(kt_context_perf(c.ctx, &perf) == KT_STATUS_INVALID_ARGUMENT);
 }
+
+namespace {
+
+struct Specs {
+    std::vector<std::string> names;
+    std::vector<kt_tensor_spec> specs;
+    size_t stop_after = 100000;
+};
+
+int32_t collect_spec(const kt_tensor_spec *spec, void *user_data) {
+    auto *s = static_cast<Specs *>(user_data);
+    s->names.emplace_back(spec->name);
+    s->specs.push_back(*spec);
+    return s->names.size() >= s->stop_after;
+}
+
+}  // namespace
+
+TEST_CASE("writer: the tensors an architecture expects, from metadata alone") {
+    kt_gguf_writer *w = nullptr;
+    REQUIRE(kt_gguf_writer_create(0, &w) == KT_STATUS_OK);
+    auto u32 = [&](const char *key, int64_t v) { REQUIRE(kt_gguf_writer_set_int(w, key, KT_META_UINT32, v) == KT_STATUS_OK); };
+    REQUIRE(kt_gguf_writer_set_string(w, "general.architecture", "qwen3moe", 8) == KT_STATUS_OK);
+    Specs specs;
+    // Hyperparameters missing: the first one the reader needs is named.
+    CHECK(kt_gguf_writer_expected_tensors(w, collect_spec, &specs) == KT_STATUS_INVALID_FILE);
+    CHECK(std::string(kt_gguf_writer_last_error(w)).find("qwen3moe.embedding_length") != std::string::npos);
+    u32("qwen3moe.embedding_length", 64);
+    u32("qwen3moe.block_count", 2);
+    u32("qwen3moe.context_length", 128);
+    u32("qwen3moe.attention.head_count", 4);
+    u32("qwen3moe.attention.head_count_kv", 2);
+    u32("qwen3moe.attention.key_length", 32);
+    u32("qwen3moe.attention.value_length", 32);
+    u32("qwen3moe.expert_count", 8);
+    u32("qwen3moe.expert_used_count", 2);
+    u32("qwen3moe.expert_feed_forward_length", 48);
+    u32("qwen3moe.vocab_size", 100);
+    REQUIRE(kt_gguf_writer_set_float(w, "qwen3moe.attention.layer_norm_rms_epsilon", KT_META_FLOAT32, 1e-6) == KT_STATUS_OK);
+    REQUIRE(kt_gguf_writer_expected_tensors(w, collect_spec, &specs) == KT_STATUS_OK);
+    REQUIRE(specs.names.size() == 3 + 2 * 12);
+    CHECK(specs.names[0] == "token_embd.weight");
+    CHECK(specs.specs[0].role == KT_TENSOR_ROLE_EMBEDDING);
+    CHECK(specs.specs[0].ne[0] == 64);
+    CHECK(specs.specs[0].ne[1] == 100);
+    auto find = [&](const std::string &name) -> const kt_tensor_spec & {
+        const auto it = std::find(specs.names.begin(), specs.names.end(), name);
+        REQUIRE(it != specs.names.end());
+        return specs.specs[static_cast<size_t>(it - specs.names.begin())];
+    };
+    const kt_tensor_spec &q = find("blk.1.attn_q.weight");
+    CHECK((q.role == KT_TENSOR_ROLE_MATRIX && q.n_dims == 2 && q.ne[0] == 64 && q.ne[1] == 128 && !q.optional));
+    const kt_tensor_spec &down = find("blk.0.ffn_down_exps.weight");
+    CHECK((down.role == KT_TENSOR_ROLE_EXPERTS && down.ne[0] == 48 && down.ne[1] == 64 && down.ne[2] == 8));
+    CHECK(find("output.weight").optional == 1);  // tied to token_embd when absent
+    CHECK(find("blk.0.attn_k_norm.weight").role == KT_TENSOR_ROLE_VECTOR);
+
+    Specs two;
+    two.stop_after = 2;
+    CHECK(kt_gguf_writer_expected_tensors(w, collect_spec, &two) == KT_STATUS_CANCELLED);
+    CHECK(two.names.size() == 2);
+    CHECK(kt_gguf_writer_expected_tensors(w, nullptr, &two) == KT_STATUS_INVALID_ARGUMENT);
+    CHECK(kt_gguf_writer_expected_tensors(nullptr, collect_spec, &two) == KT_STATUS_INVALID_ARGUMENT);
+    kt_gguf_writer_free(w);
+
+    REQUIRE(kt_gguf_writer_create(0, &w) == KT_STATUS_OK);
+    REQUIRE(kt_gguf_writer_set_string(w, "general.architecture", "mamba", 5) == KT_STATUS_OK);
+    CHECK(kt_gguf_writer_expected_tensors(w, collect_spec, &two) == KT_STATUS_UNSUPPORTED);
+    kt_gguf_writer_free(w);
+}

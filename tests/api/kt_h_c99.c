@@ -24,6 +24,10 @@ KT_STATIC_ASSERT(offsetof(kt_generate_params, sampler) == 32, generate_params_sa
 KT_STATIC_ASSERT(sizeof(kt_generate_params) == 56, generate_params_size);
 KT_STATIC_ASSERT(offsetof(kt_perf, attention_seconds) == 40, perf_attention_offset);
 KT_STATIC_ASSERT(sizeof(kt_perf) == 80, perf_size);
+KT_STATIC_ASSERT(offsetof(kt_tensor_spec, ne) == 16, tensor_spec_ne_offset);
+KT_STATIC_ASSERT(sizeof(kt_tensor_spec) == 56, tensor_spec_size);
+KT_STATIC_ASSERT(offsetof(kt_roofline, read_bytes_per_s) == 16, roofline_read_offset);
+KT_STATIC_ASSERT(sizeof(kt_roofline) == 48, roofline_size);
 
 static int32_t fill_zeros(void *dst, uint64_t n_bytes, void *user_data) {
     (void)user_data;

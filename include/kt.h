@@ -422,7 +422,8 @@ typedef struct kt_context_params {
     int64_t n_ctx;              /* positions the KV cache holds; default 0: the model's training context, at most
                                    4096 */
     int64_t n_batch;            /* tokens per forward step when decoding many at once (prefill); default 512 */
-    int32_t kv_type;            /* KV cache element type: KT_TYPE_F16 (default), KT_TYPE_BF16 or KT_TYPE_F32 */
+    int32_t kv_type;            /* KV cache element type: KT_TYPE_F16 (default), KT_TYPE_BF16, KT_TYPE_F32, or
+                                   KT_TYPE_Q8_0 (int8 with a scale per 32 values; head dims multiples of 32) */
     int32_t kernels;            /* KT_KERNELS_AUTO (default) or KT_KERNELS_REFERENCE */
     kt_abort_callback abort_callback;  /* default NULL */
     void *abort_user_data;

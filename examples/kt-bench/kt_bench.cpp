@@ -44,7 +44,7 @@ int usage(const char *message = nullptr) {
                  "  -r, --repetitions N     repetitions per test (default 5)\n"
                  "  -t, --threads LIST      thread counts (default 0: one per physical core)\n"
                  "  -ub, --ubatch-size N    prefill tokens per forward step (default 512; -b is accepted too)\n"
-                 "  -ctk, --cache-type-k T  KV cache type: f16 (default), bf16, f32 (-ctv is accepted, same value)\n"
+                 "  -ctk, --cache-type-k T  KV cache type: f16 (default), bf16, f32, q8_0 (-ctv is accepted, same value)\n"
                  "      --kernels K         auto (default) or reference\n"
                  "      --roofline-mib N    bandwidth buffer in MiB (default 1024); 0 skips the roofline\n"
                  "  -o, --output FMT        md (default), csv or json\n");
@@ -301,7 +301,7 @@ bool run_model(const Options &o, const std::string &path, std::vector<Result> *r
             r.model = info;
             r.threads = kt_context_n_threads(ctx);
             r.n_batch = o.n_batch;
-            r.type_k = o.kv_type == KT_TYPE_F16 ? "f16" : o.kv_type == KT_TYPE_BF16 ? "bf16" : "f32";
+            r.type_k = o.kv_type == KT_TYPE_F16 ? "f16" : o.kv_type == KT_TYPE_BF16 ? "bf16" : o.kv_type == KT_TYPE_Q8_0 ? "q8_0" : "f32";
             r.test = test;
             r.roofline = roofline;
             // Warm-up: the whole prompt, or one generated token.
@@ -331,7 +331,7 @@ bool run_model(const Options &o, const std::string &path, std::vector<Result> *r
             // The bound for this test: time per token at the roofline, summed over its prompt and generation.
             if (roofline.read_bytes_per_s > 0 && roofline.int8_ops_per_s > 0) {
                 const double kv_bytes_per_pos = static_cast<double>(info.n_layer * info.n_head_kv * (info.head_dim_k + info.head_dim_v)) *
-                                                (o.kv_type == KT_TYPE_F32 ? 4.0 : 2.0);
+                                                static_cast<double>(kt_type_block_bytes(o.kv_type)) / static_cast<double>(kt_type_block_size(o.kv_type));
                 const double mean_depth = static_cast<double>(test.n_prompt) + static_cast<double>(test.n_gen) / 2.0;
                 const double gen_s = static_cast<double>(test.n_gen) * (info.bytes_per_token + kv_bytes_per_pos * mean_depth) / roofline.read_bytes_per_s;
                 const double pp_s = static_cast<double>(test.n_prompt) * 2.0 * info.macs_per_token / roofline.int8_ops_per_s;
@@ -516,8 +516,8 @@ int main(int argc, char **argv) {
             // -b (llama-bench's logical batch) has no separate meaning here: kt runs -ub tokens per step.
         } else if (a == "-ctk" || a == "--cache-type-k" || a == "-ctv" || a == "--cache-type-v") {
             const std::string t = v;
-            o.kv_type = t == "f16" ? KT_TYPE_F16 : t == "bf16" ? KT_TYPE_BF16 : t == "f32" ? KT_TYPE_F32 : -1;
-            if (o.kv_type < 0) return usage("cache type must be f16, bf16 or f32");
+            o.kv_type = t == "f16" ? KT_TYPE_F16 : t == "bf16" ? KT_TYPE_BF16 : t == "f32" ? KT_TYPE_F32 : t == "q8_0" ? KT_TYPE_Q8_0 : -1;
+            if (o.kv_type < 0) return usage("cache type must be f16, bf16, f32 or q8_0");
         } else if (a == "--kernels") {
             const std::string k = v;
             if (k != "auto" && k != "reference") return usage("--kernels must be auto or reference");

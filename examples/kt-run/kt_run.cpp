@@ -28,7 +28,7 @@ int usage(const char *message = nullptr) {
                  "  -t, --threads N         threads (default: one per physical core)\n"
                  "  -c, --ctx-size N        context length (default: the model's, at most 4096)\n"
                  "  -b, --batch-size N      prefill tokens per step (default 512)\n"
-                 "      --kv-type T         KV cache type: f16 (default), bf16, f32\n"
+                 "      --kv-type T         KV cache type: f16 (default), bf16, f32, q8_0\n"
                  "      --kernels K         auto (default) or reference (exact f32 math, slow)\n"
                  "      --logits FILE       write the prompt's logits (f32, n_tokens x n_vocab) to FILE\n"
                  "      --ignore-eos        do not stop at the vocabulary's end-of-sequence token\n"
@@ -116,8 +116,8 @@ int main(int argc, char **argv) {
         else if (a == "--logits") logits_path = v;
         else if (a == "--kv-type") {
             const std::string t = v;
-            cp.kv_type = t == "f16" ? KT_TYPE_F16 : t == "bf16" ? KT_TYPE_BF16 : t == "f32" ? KT_TYPE_F32 : -1;
-            if (cp.kv_type < 0) return usage("--kv-type must be f16, bf16 or f32");
+            cp.kv_type = t == "f16" ? KT_TYPE_F16 : t == "bf16" ? KT_TYPE_BF16 : t == "f32" ? KT_TYPE_F32 : t == "q8_0" ? KT_TYPE_Q8_0 : -1;
+            if (cp.kv_type < 0) return usage("--kv-type must be f16, bf16, f32 or q8_0");
         } else if (a == "--kernels") {
             const std::string k = v;
             if (k != "auto" && k != "reference") return usage("--kernels must be auto or reference");

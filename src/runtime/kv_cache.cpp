@@ -4,9 +4,7 @@
 #include <cmath>
 
 #include "core/checked_math.h"
-#include "core/fp16.h"
 #include "ops/ref/quants_ref.h"
-#include "ops/transformer_ops.h"
 #include "ops/types.h"
 
 namespace kt::runtime {
@@ -15,40 +13,41 @@ namespace {
 // Queries handled together per KV head: each cached row is converted to f32 once per block.
 constexpr int64_t kQueryBlock = 16;
 
-void store_row(int32_t type, const float *src, int64_t n, uint8_t *dst) {
-    switch (type) {
-        case KT_TYPE_F32:
-            std::copy_n(src, n, reinterpret_cast<float *>(dst));
-            break;
-        case KT_TYPE_F16:
-            for (int64_t i = 0; i < n; ++i) reinterpret_cast<uint16_t *>(dst)[i] = f32_to_fp16(src[i]);
-            break;
-        case KT_TYPE_BF16:
-            for (int64_t i = 0; i < n; ++i) reinterpret_cast<uint16_t *>(dst)[i] = f32_to_bf16(src[i]);
-            break;
-        default:
-            break;  // create() admits only the types above
+}  // namespace
+
+void KvCache::store_row(const float *src, int64_t n, uint8_t *dst) const {
+    switch (type_) {
+        case KT_TYPE_F32: std::copy_n(src, n, reinterpret_cast<float *>(dst)); break;
+        case KT_TYPE_F16: vk_->f32_to_f16(src, reinterpret_cast<uint16_t *>(dst), n); break;
+        case KT_TYPE_BF16: vk_->f32_to_bf16(src, reinterpret_cast<uint16_t *>(dst), n); break;
+        default: ref::quantize_row(type_, src, dst, n); break;  // Q8_0
     }
 }
 
-// The row as f32: a view of the cache itself for f32, otherwise converted into `buffer`.
-const float *load_row(int32_t type, const uint8_t *src, int64_t n, float *buffer) {
-    if (type == KT_TYPE_F32) return reinterpret_cast<const float *>(src);
-    ref::dequantize_row(type, src, buffer, n);
+const float *KvCache::load_row(const uint8_t *src, int64_t n, float *buffer) const {
+    switch (type_) {
+        case KT_TYPE_F32: return reinterpret_cast<const float *>(src);  // the cache itself
+        case KT_TYPE_F16: vk_->f16_to_f32(reinterpret_cast<const uint16_t *>(src), buffer, n); break;
+        case KT_TYPE_BF16: vk_->bf16_to_f32(reinterpret_cast<const uint16_t *>(src), buffer, n); break;
+        default: ref::dequantize_row(type_, src, buffer, n); break;  // Q8_0
+    }
     return buffer;
 }
 
-}  // namespace
-
 Status KvCache::create(const model::HParams &hp, int64_t n_ctx, int32_t type, int n_threads, KvCache *out) {
-    KT_RETURN_IF(type != KT_TYPE_F32 && type != KT_TYPE_F16 && type != KT_TYPE_BF16, KT_STATUS_UNSUPPORTED,
-                 "KV cache type %s is not supported (use F32, F16 or BF16)", kt_type_name(type) ? kt_type_name(type) : "?");
+    KT_RETURN_IF(type != KT_TYPE_F32 && type != KT_TYPE_F16 && type != KT_TYPE_BF16 && type != KT_TYPE_Q8_0,
+                 KT_STATUS_UNSUPPORTED, "KV cache type %s is not supported (use F16, BF16, F32 or Q8_0)",
+                 kt_type_name(type) ? kt_type_name(type) : "?");
+    KT_RETURN_IF(type == KT_TYPE_Q8_0 && (hp.head_dim_k % 32 != 0 || hp.head_dim_v % 32 != 0), KT_STATUS_UNSUPPORTED,
+                 "a Q8_0 KV cache needs head dimensions that are multiples of 32 (the model has %lld and %lld)",
+                 static_cast<long long>(hp.head_dim_k), static_cast<long long>(hp.head_dim_v));
     KT_RETURN_IF(n_ctx < 1 || n_ctx > model::kMaxContext, KT_STATUS_INVALID_ARGUMENT,
                  "context length %lld is out of range [1, %lld]", static_cast<long long>(n_ctx),
                  static_cast<long long>(model::kMaxContext));
     const ops::TypeTraits &traits = *ops::type_traits(type);
     KvCache c;
     c.type_ = type;
+    c.vk_ = &cpu::vector_kernels();
     c.n_ctx_ = n_ctx;
     c.n_head_ = hp.n_head;
     c.hkv_ = hp.n_head_kv;
@@ -75,8 +74,8 @@ void KvCache::attend(int64_t layer, int64_t pos0, int64_t T, const float *q, con
     const int64_t Hkv = hkv_, Dk = dk_, Dv = dv_;
     for (int64_t t = 0; t < T; ++t) {
         for (int64_t g = 0; g < Hkv; ++g) {
-            store_row(type_, k + (t * Hkv + g) * Dk, Dk, k_row(layer, g, pos0 + t));
-            store_row(type_, v + (t * Hkv + g) * Dv, Dv, v_row(layer, g, pos0 + t));
+            store_row(k + (t * Hkv + g) * Dk, Dk, k_row(layer, g, pos0 + t));
+            store_row(v + (t * Hkv + g) * Dv, Dv, v_row(layer, g, pos0 + t));
         }
     }
     const int64_t blocks = (T + kQueryBlock - 1) / kQueryBlock;
@@ -99,11 +98,11 @@ void KvCache::attend_block(int64_t layer, int64_t g, int64_t pos0, int64_t t0, i
     // scores[(tt·G + hh)·n_kv + j] for query t0+tt, head g·G+hh, key position j.
     float *scores = scratch + std::max(Dk, Dv);
     for (int64_t j = 0; j < n_kv; ++j) {
-        const float *kr = load_row(type_, k_row(layer, g, j), Dk, row);
+        const float *kr = load_row(k_row(layer, g, j), Dk, row);
         for (int64_t tt = std::max<int64_t>(0, j - pos0 - t0); tt < tb; ++tt)  // causal: j <= pos0 + t0 + tt
             for (int64_t hh = 0; hh < G; ++hh) {
                 const float *qv = q + ((t0 + tt) * H + g * G + hh) * Dk;
-                scores[(tt * G + hh) * n_kv + j] = ops::dot(qv, kr, Dk) * kq_scale_;
+                scores[(tt * G + hh) * n_kv + j] = vk_->dot(qv, kr, Dk) * kq_scale_;
             }
     }
     for (int64_t tt = 0; tt < tb; ++tt) {
@@ -119,12 +118,10 @@ void KvCache::attend_block(int64_t layer, int64_t g, int64_t pos0, int64_t t0, i
         }
     }
     for (int64_t j = 0; j < n_kv; ++j) {
-        const float *vr = load_row(type_, v_row(layer, g, j), Dv, row);
+        const float *vr = load_row(v_row(layer, g, j), Dv, row);
         for (int64_t tt = std::max<int64_t>(0, j - pos0 - t0); tt < tb; ++tt)
             for (int64_t hh = 0; hh < G; ++hh) {
-                const float a = scores[(tt * G + hh) * n_kv + j];
-                float *o = out + ((t0 + tt) * H + g * G + hh) * Dv;
-                for (int64_t i = 0; i < Dv; ++i) o[i] += a * vr[i];
+                vk_->axpy(scores[(tt * G + hh) * n_kv + j], vr, out + ((t0 + tt) * H + g * G + hh) * Dv, Dv);
             }
     }
 }

@@ -1,7 +1,7 @@
 // The KV cache and the attention that reads it.
 //
-// Keys and values live in host memory in the element type the caller chose (f32, f16 or bf16), laid out per
-// layer as [Hkv][n_ctx][D]: one KV head's rows for consecutive positions are
+// Keys and values live in host memory in the element type the caller chose (f16, bf16, f32, or Q8_0 blocks of 32
+// int8 with an f16 scale), laid out per layer as [Hkv][n_ctx][D]: one KV head's rows for consecutive positions are
 // contiguous, which is how attention streams them. Positions 0..n_ctx-1 of one sequence.
 //
 // Attention is computed in f32 whatever the cache type: scores = kq_scale · q·k, causal mask (a query at position
@@ -15,13 +15,14 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "backends/cpu/vector_kernels.h"
 #include "model/arch/arch.h"
 
 namespace kt::runtime {
 
 class KvCache {
 public:
-    // type: KT_TYPE_F32, F16 or BF16. n_threads: the most threads attend() will be given (per-thread scratch).
+    // type: KT_TYPE_F16, BF16, F32 or Q8_0 (head dims multiples of 32). n_threads: the most threads attend() will be given (per-thread scratch).
     static Status create(const model::HParams &hp, int64_t n_ctx, int32_t type, int n_threads, KvCache *out);
 
     int64_t n_ctx() const { return n_ctx_; }
@@ -42,7 +43,12 @@ private:
         return v_.data() + ((layer * hkv_ + head) * n_ctx_ + pos) * v_row_bytes_;
     }
 
+    void store_row(const float *src, int64_t n, uint8_t *dst) const;
+    // The row as f32: a view of the cache itself for F32, otherwise converted into `buffer`.
+    const float *load_row(const uint8_t *src, int64_t n, float *buffer) const;
+
     int32_t type_ = 0;
+    const cpu::VectorKernels *vk_ = nullptr;
     int64_t n_ctx_ = 0, n_head_ = 0, hkv_ = 0, dk_ = 0, dv_ = 0;
     int64_t k_row_bytes_ = 0, v_row_bytes_ = 0;
     float kq_scale_ = 1.0f;

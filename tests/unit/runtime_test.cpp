@@ -66,8 +66,13 @@ TEST_CASE("attention over the KV cache equals the definition, whatever the batch
         const auto k = kt::test::random_normal(size_t(sh.T * sh.Hkv * sh.Dk), 2);
         const auto v = kt::test::random_normal(size_t(sh.T * sh.Hkv * sh.Dv), 3);
         const std::vector<double> expected = naive_attention(q, k, v, sh.T, sh.H, sh.Hkv, sh.Dk, sh.Dv, hp.kq_scale);
-        for (int32_t type : {KT_TYPE_F32, KT_TYPE_F16, KT_TYPE_BF16}) {
-            const double tolerance = type == KT_TYPE_F32 ? 1e-5 : type == KT_TYPE_F16 ? 3e-3 : 2e-2;
+        for (int32_t type : {KT_TYPE_F32, KT_TYPE_F16, KT_TYPE_BF16, KT_TYPE_Q8_0}) {
+            if (type == KT_TYPE_Q8_0 && (sh.Dk % 32 != 0 || sh.Dv % 32 != 0)) {
+                kt::runtime::KvCache cache;
+                CHECK(kt::runtime::KvCache::create(hp, 64, type, 1, &cache).code() == KT_STATUS_UNSUPPORTED);
+                continue;
+            }
+            const double tolerance = type == KT_TYPE_F32 ? 1e-5 : type == KT_TYPE_F16 ? 3e-3 : type == KT_TYPE_BF16 ? 2e-2 : 3e-2;
             // One call, then the same tokens in uneven steps (the later steps attend to cached positions); the
             // second layer's slice must not disturb the first.
             for (int64_t step : {sh.T, int64_t(5), int64_t(1)}) {

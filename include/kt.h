@@ -379,7 +379,7 @@ KT_API kt_status kt_gguf_writer_write_file(kt_gguf_writer *writer, const char *p
 #define KT_TENSOR_ROLE_EMBEDDING 0  /* token_embd: rows read by token id */
 #define KT_TENSOR_ROLE_VECTOR 1     /* norm weights, biases, gate vectors (kept in F32 by converters) */
 #define KT_TENSOR_ROLE_MATRIX 2     /* a projection, ne = {in, out} */
-#define KT_TENSOR_ROLE_EXPERTS 3    /* a stack of expert matrices, ne = {in, out, n_expert} */
+#define KT_TENSOR_ROLE_EXPERTS 3    /* a stack of matrices, ne = {in, out, count}: experts (or per-head projections) */
 
 typedef struct kt_tensor_spec {
     uint32_t struct_size;    /* sizeof(kt_tensor_spec) */

@@ -31,8 +31,8 @@ public:
         slot.tensor = t;
     }
 
-    void vector(const std::string &name, int64_t n, uint32_t need, Vector &slot) override {
-        bind_vector(name + ".weight", n, need, slot);
+    void vector_tensor(const std::string &tensor_name, int64_t n, uint32_t need, Vector &slot) override {
+        bind_vector(tensor_name, n, need, slot);
     }
 
     void linear(const std::string &name, int64_t in, int64_t out, uint32_t need, Projection &slot) override {
@@ -56,7 +56,16 @@ public:
         slot.up = bind(prefix + "_up" + suffix + ".weight", need, in_shape);
         slot.down = bind(prefix + "_down" + suffix + ".weight", need, out_shape);
         if (!slot.gate || !slot.up || !slot.down || !ok()) return;
-        keep(kernels_.make_experts(stack(*slot.gate), stack(*slot.up), stack(*slot.down), &slot.experts));
+        keep(kernels_.make_experts(stack_of(*slot.gate), stack_of(*slot.up), stack_of(*slot.down), &slot.experts));
+    }
+
+    void stack(const std::string &name, int64_t in, int64_t out, int64_t count, uint32_t need, Stack &slot) override {
+        const gguf::TensorInfo *t = bind(name + ".weight", need, {in, out, count});
+        if (!t || !ok()) return;
+        slot.tensor = t;
+        const ops::MatrixStack s = stack_of(*t);
+        slot.linears.resize(static_cast<size_t>(count));
+        for (int64_t i = 0; i < count && ok(); ++i) keep(kernels_.make_linear(s.at(i), nullptr, &slot.linears[static_cast<size_t>(i)]));
     }
 
     // The first problem met, or OK when every tensor was found, checked and built and none was left over.
@@ -133,7 +142,7 @@ private:
         return m;
     }
 
-    ops::MatrixStack stack(const gguf::TensorInfo &t) const {
+    ops::MatrixStack stack_of(const gguf::TensorInfo &t) const {
         ops::MatrixStack s;
         s.first = matrix(t);
         s.count = t.ne[2];
@@ -157,8 +166,8 @@ public:
     void embedding(const std::string &name, int64_t n_embd, int64_t n_vocab, Embedding &) override {
         add(name + ".weight", {n_embd, n_vocab}, TensorSpec::Role::kEmbedding, false);
     }
-    void vector(const std::string &name, int64_t n, uint32_t need, Vector &) override {
-        add(name + ".weight", {n}, TensorSpec::Role::kVector, need & kOptional);
+    void vector_tensor(const std::string &tensor_name, int64_t n, uint32_t need, Vector &) override {
+        add(tensor_name, {n}, TensorSpec::Role::kVector, need & kOptional);
     }
     void linear(const std::string &name, int64_t in, int64_t out, uint32_t need, Projection &) override {
         add(name + ".weight", {in, out}, TensorSpec::Role::kMatrix, need & (kOptional | kTiedToEmbedding));
@@ -175,6 +184,9 @@ public:
         add(prefix + "_gate" + suffix + ".weight", in, role, need & kOptional);
         add(prefix + "_up" + suffix + ".weight", in, role, need & kOptional);
         add(prefix + "_down" + suffix + ".weight", out, role, need & kOptional);
+    }
+    void stack(const std::string &name, int64_t in, int64_t out, int64_t count, uint32_t need, Stack &) override {
+        add(name + ".weight", {in, out, count}, TensorSpec::Role::kExperts, need & kOptional);
     }
 
 private:

@@ -35,7 +35,7 @@ struct TensorSpec {
         kEmbedding = 0,  // token_embd: rows read by token id
         kVector = 1,     // norm weights, biases, gates: f32 vectors
         kMatrix = 2,     // a projection (ne = {in, out})
-        kExperts = 3,    // a stack of expert matrices (ne = {in, out, n_expert})
+        kExperts = 3,    // a stack of matrices (ne = {in, out, count}): experts, or deepseek2's per-head projections
     };
     std::string name;
     std::vector<int64_t> ne;  // GGML order

@@ -76,6 +76,11 @@ Status HParamReader::get_float_or(const char *suffix, float fallback, float *out
     return get_float(suffix, out);
 }
 
+Status HParamReader::get_bool_or(const char *suffix, bool fallback, bool *out) const {
+    *out = fallback;
+    return has(suffix) ? file_.get_bool(key(suffix), out) : Status::ok();
+}
+
 Status HParamReader::get_string_or(const char *suffix, std::string fallback, std::string *out) const {
     if (!has(suffix)) {
         *out = std::move(fallback);
@@ -127,7 +132,7 @@ Status read_rope(const HParamReader &r, HParams *hp) {
         // llama.cpp (S3, llama-context.cpp): the converter stores 0.1 · mscale_all_dim; the magnitude correction
         // that rope_table multiplies in (1 + 0.1 ln s) is divided out again here, so with the default mscale the
         // cos/sin scale is exactly the ratio of the two mscales.
-        float log_mul = 0.0f;
+        float &log_mul = hp->yarn_log_multiplier;
         KT_TRY(r.get_float_or("rope.scaling.yarn_log_multiplier", 0.0f, &log_mul));
         if (log_mul != 0.0f) {
             const float mscale_all_dims = log_mul / 0.1f;
@@ -216,6 +221,15 @@ void Scratch::reserve(const HParams &hp, int64_t n_batch) {
     ids.resize(T * top_k);
     gates.resize(T * top_k);
     shared_scale.resize(T);
+    if (hp.kv_lora_rank > 0) {
+        const int64_t qk_nope = hp.head_dim_k_mla - hp.rope.n_rot;
+        mla_qa.resize(T * hp.q_lora_rank);
+        mla_q.resize(T * hp.n_head * hp.head_dim_k_mla);
+        mla_c.resize(T * (hp.kv_lora_rank + hp.rope.n_rot));
+        mla_in.resize(T * std::max(qk_nope, hp.kv_lora_rank));
+        mla_out.resize(T * std::max(hp.kv_lora_rank, hp.head_dim_v_mla));
+        mla_o.resize(T * hp.n_head * hp.head_dim_v_mla);
+    }
     zeros.assign(T, 0);
     rope.resize(T * hp.rope.n_rot);
 }
@@ -231,7 +245,7 @@ void Scratch::reserve(const HParams &hp, int64_t n_batch) {
 namespace kt::model {
 namespace {
 
-const Architecture *const kArchitectures[] = {&kLlama, &kQwen2, &kQwen3, &kQwen2Moe, &kQwen3Moe};
+const Architecture *const kArchitectures[] = {&kLlama, &kQwen2, &kQwen3, &kQwen2Moe, &kQwen3Moe, &kDeepseek2};
 
 }  // namespace
 

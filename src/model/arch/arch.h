@@ -53,6 +53,19 @@ struct HParams {
     float rms_eps = 0.0f;
     ops::RopeParams rope;       // mode set by the family; n_ctx_orig for YaRN
     float kq_scale = 0.0f;      // attention logit scale, 1/sqrt(Dk) unless the family says otherwise
+    float yarn_log_multiplier = 0.0f;  // rope.scaling.yarn_log_multiplier as stored (0.1 · mscale_all_dim)
+
+    // deepseek2 (MLA attention served as MQA over the compressed latent; reference §3.2, §5.5, §5.6)
+    int64_t q_lora_rank = 0;       // 0: "lite", a plain attn_q
+    int64_t kv_lora_rank = 0;      // the latent c_kv; head_dim_v = kv_lora_rank, head_dim_k = kv_lora + n_rot
+    int64_t head_dim_k_mla = 0;    // qk_nope + qk_rope per query head before absorption
+    int64_t head_dim_v_mla = 0;    // per-head value width after decompression
+    int64_t n_layer_dense_lead = 0;  // leading layers with a dense FFN
+    int64_t n_expert_shared = 0;   // shared experts (their width is n_ff_exp · n_expert_shared)
+    float expert_weights_scale = 1.0f;
+    bool expert_weights_norm = false;
+    ops::Gating gating = ops::Gating::kSoftmax;
+    int64_t n_group = 1, n_group_used = 1;  // group-limited routing
 };
 
 // Reads `<arch>.<suffix>` keys with the conversions and bounds a family needs; every error names the key.
@@ -66,6 +79,7 @@ public:
     Status get_float(const char *suffix, float *out) const;
     Status get_float_or(const char *suffix, float fallback, float *out) const;
     Status get_string_or(const char *suffix, std::string fallback, std::string *out) const;
+    Status get_bool_or(const char *suffix, bool fallback, bool *out) const;
     bool has(const char *suffix) const;
     std::string key(const char *suffix) const { return arch_ + "." + suffix; }
 
@@ -109,6 +123,13 @@ struct Ffn {
     explicit operator bool() const { return gate != nullptr; }
 };
 
+// A stack of same-shaped matrices used one at a time (deepseek2's per-head attn_k_b / attn_v_b): one Linear each.
+struct Stack {
+    const gguf::TensorInfo *tensor = nullptr;
+    std::vector<std::unique_ptr<ops::Linear>> linears;
+    explicit operator bool() const { return tensor != nullptr; }
+};
+
 // token_embd: rows read by token id.
 struct Embedding {
     const gguf::TensorInfo *tensor = nullptr;
@@ -124,8 +145,18 @@ struct LayerWeights {
     Ffn ffn;                           // dense SwiGLU [E -> F -> E]
     Projection router;                 // ffn_gate_inp [E -> X]
     Ffn experts;                       // routed experts [X][E -> Fe -> E]
-    Ffn shared;                        // shared expert [E -> Fs -> E] (qwen2moe)
+    Ffn shared;                        // shared expert [E -> Fs -> E] (qwen2moe, deepseek2)
     Vector shared_gate;                // ffn_gate_inp_shexp [E]: sigmoid(shared_gate · h) scales the shared expert
+    Vector expert_bias;                // exp_probs_b [X]: added to the gate probabilities for selection (deepseek2)
+
+    // deepseek2 MLA
+    Projection wq_a;                   // [E -> q_lora]
+    Vector q_a_norm;                   // [q_lora]
+    Projection wq_b;                   // [q_lora -> H·(qk_nope + qk_rope)]  (lite models: wq [E -> ...] instead)
+    Projection wkv_a;                  // attn_kv_a_mqa [E -> kv_lora + qk_rope]
+    Vector kv_a_norm;                  // [kv_lora]
+    Stack k_b;                         // attn_k_b [H][qk_nope -> kv_lora]: absorbs q_nope into the latent space
+    Stack v_b;                         // attn_v_b [H][kv_lora -> Dv_mla]: decompresses each head's output
 };
 
 struct Weights {
@@ -151,12 +182,19 @@ class TensorTable {
 public:
     virtual ~TensorTable() = default;
     virtual void embedding(const std::string &name, int64_t n_embd, int64_t n_vocab, Embedding &slot) = 0;
-    virtual void vector(const std::string &name, int64_t n, uint32_t need, Vector &slot) = 0;
+    // "<name>.weight" with ne = {n}.
+    void vector(const std::string &name, int64_t n, uint32_t need, Vector &slot) {
+        vector_tensor(name + ".weight", n, need, slot);
+    }
+    // The same for a tensor named in full (deepseek2's "exp_probs_b.bias").
+    virtual void vector_tensor(const std::string &tensor_name, int64_t n, uint32_t need, Vector &slot) = 0;
     virtual void linear(const std::string &name, int64_t in, int64_t out, uint32_t need, Projection &slot) = 0;
     // "<prefix>_gate<suffix>", "_up", "_down": gate/up {in: E, out: I} and down {I -> E}, stacked over n_expert
     // (ne[2]) when n_expert > 0, plain matrices when n_expert == 0.
     virtual void ffn(const std::string &prefix, const std::string &suffix, int64_t n_embd, int64_t n_ff,
                      int64_t n_expert, uint32_t need, Ffn &slot) = 0;
+    // "<name>.weight" with ne = {in, out, count}: count matrices {in -> out}, each used as its own projection.
+    virtual void stack(const std::string &name, int64_t in, int64_t out, int64_t count, uint32_t need, Stack &slot) = 0;
 };
 
 // "blk.<layer>."
@@ -181,6 +219,13 @@ struct Scratch {
     std::vector<float> shared_scale;  // [T] sigmoid gate of the shared expert
     std::vector<int32_t> zeros;  // [T] expert id 0, for dense FFNs run as one-expert pools
     std::vector<float> rope;     // [T, n_rot/2, 2] cos/sin
+    // deepseek2 MLA (empty otherwise)
+    std::vector<float> mla_qa;   // [T, q_lora]
+    std::vector<float> mla_q;    // [T, H, qk_nope + qk_rope] queries before absorption
+    std::vector<float> mla_c;    // [T, kv_lora + qk_rope] compressed KV and the shared RoPE key
+    std::vector<float> mla_in;   // [T, max(qk_nope, kv_lora)] one head's rows, gathered
+    std::vector<float> mla_out;  // [T, max(kv_lora, Dv_mla)]
+    std::vector<float> mla_o;    // [T, H, Dv_mla] decompressed attention output
 
     void reserve(const HParams &hp, int64_t n_batch);
 };

@@ -10,6 +10,7 @@ extern const Architecture kQwen2;     // qwen2.cpp
 extern const Architecture kQwen3;     // qwen3.cpp
 extern const Architecture kQwen2Moe;  // qwen2moe.cpp
 extern const Architecture kQwen3Moe;  // qwen3moe.cpp
+extern const Architecture kDeepseek2; // deepseek2.cpp
 
 // The LLaMA graph (llama.cpp), shared by qwen2, qwen3 and qwen3moe: dense SwiGLU FFN, or softmax top-k experts
 // renormalised.

@@ -41,6 +41,12 @@ struct HParams {
     int64_t experts = 0, experts_used = 0, expert_ff = 256, shared_ff = 0, vocab = 1024, ctx = 4096;
     double rope_base = 1e6, eps = 1e-6;
     bool tied = false;
+    // deepseek2 (MLA): head_dim is qk_nope + qk_rope there
+    int64_t q_lora = 0, kv_lora = 0, rope_dims = 0, v_head = 0, dense_lead = 0, shared_experts = 0;
+    int64_t groups = 1, groups_used = 1;
+    bool sigmoid = false, weights_norm = false;
+    double weights_scale = 1.0, yarn_factor = 0.0, yarn_log_mul = 0.0;
+    int64_t yarn_orig_ctx = 4096;
 };
 
 struct Preset {
@@ -56,17 +62,24 @@ const Preset kPresets[] = {
     {"qwen1.5-moe-a2.7b", {"qwen2moe", 24, 2048, 16, 16, 128, 5632, 60, 4, 1408, 5632, 151936, 8192, 1e6, 1e-6, false}},
     {"llama3-8b", {"llama", 32, 4096, 32, 8, 128, 14336, 0, 0, 0, 0, 128256, 8192, 5e5, 1e-5, false}},
     {"mixtral-8x7b", {"llama", 32, 4096, 32, 8, 128, 14336, 8, 2, 14336, 0, 32000, 32768, 1e6, 1e-5, false}},
+    {"deepseek-v2-lite", {"deepseek2", 27, 2048, 16, 1, 192, 10944, 64, 6, 1408, 0, 102400, 163840, 1e4, 1e-6, false,
+                          0, 512, 64, 128, 1, 2, 1, 1, false, false, 1.0, 40.0, 0.0707, 4096}},
+    {"deepseek-v3", {"deepseek2", 61, 7168, 128, 1, 192, 18432, 256, 8, 2048, 0, 129280, 163840, 1e4, 1e-6, false,
+                     1536, 512, 64, 128, 3, 1, 8, 4, true, true, 2.5, 40.0, 0.1, 4096}},
 };
 
 int usage(const char *message = nullptr) {
     if (message) std::fprintf(stderr, "kt-synth: %s\n\n", message);
     std::fprintf(stderr,
                  "usage: kt-synth -o OUT.gguf [--preset NAME | --arch ARCH] [options]\n"
-                 "  --preset NAME      qwen3-30b-a3b, qwen3-8b, qwen2.5-7b, qwen1.5-moe-a2.7b, llama3-8b, mixtral-8x7b\n"
-                 "  --arch ARCH        llama, qwen2, qwen3, qwen2moe, qwen3moe\n"
+                 "  --preset NAME      qwen3-30b-a3b, qwen3-8b, qwen2.5-7b, qwen1.5-moe-a2.7b, llama3-8b, mixtral-8x7b,\n"
+                 "                     deepseek-v2-lite, deepseek-v3\n"
+                 "  --arch ARCH        llama, qwen2, qwen3, qwen2moe, qwen3moe, deepseek2\n"
                  "  --layers N  --hidden N  --heads N  --heads-kv N  --head-dim N  --ff N\n"
                  "  --experts N  --experts-used N  --expert-ff N  --shared-ff N  --vocab N  --ctx N\n"
                  "  --rope-base F  --eps F  --tied | --untied (output head shares token_embd)\n"
+                 "  deepseek2: --q-lora N (0: lite)  --kv-lora N  --rope-dims N  --v-head N  --dense-lead N\n"
+                 "             --shared-experts N  --groups N  --groups-used N  (--head-dim is qk_nope + rope dims)\n"
                  "  --type T           f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs,\n"
                  "                     or q4_k_m (default)\n"
                  "  --seed N           (default 1)\n"
@@ -312,10 +325,33 @@ bool set_hparams(kt_gguf_writer *w, const HParams &hp, int32_t file_type, uint64
               check(kt_gguf_writer_set_string(w, "general.description", desc.c_str(), desc.size()), w, "description") &&
               u32("general.file_type", file_type) && u32(a + "context_length", hp.ctx) &&
               u32(a + "embedding_length", hp.hidden) && u32(a + "block_count", hp.layers) &&
-              u32(a + "attention.head_count", hp.heads) && u32(a + "attention.head_count_kv", hp.heads_kv) &&
-              u32(a + "attention.key_length", hp.head_dim) && u32(a + "attention.value_length", hp.head_dim) &&
-              u32(a + "rope.dimension_count", hp.head_dim) && f32(a + "rope.freq_base", hp.rope_base) &&
+              u32(a + "attention.head_count", hp.heads) && f32(a + "rope.freq_base", hp.rope_base) &&
               f32(a + "attention.layer_norm_rms_epsilon", hp.eps) && u32(a + "vocab_size", hp.vocab);
+    if (ok && hp.arch == "deepseek2") {
+        // MLA served as MQA: one KV head holding the latent and the shared RoPE key.
+        ok = u32(a + "attention.head_count_kv", 1) && u32(a + "attention.key_length", hp.kv_lora + hp.rope_dims) &&
+             u32(a + "attention.value_length", hp.kv_lora) && u32(a + "attention.key_length_mla", hp.head_dim) &&
+             u32(a + "attention.value_length_mla", hp.v_head) && u32(a + "rope.dimension_count", hp.rope_dims) &&
+             u32(a + "attention.kv_lora_rank", hp.kv_lora) && u32(a + "leading_dense_block_count", hp.dense_lead) &&
+             (hp.q_lora == 0 || u32(a + "attention.q_lora_rank", hp.q_lora)) &&
+             u32(a + "expert_feed_forward_length", hp.expert_ff) && u32(a + "expert_shared_count", hp.shared_experts) &&
+             f32(a + "expert_weights_scale", hp.weights_scale) &&
+             check(kt_gguf_writer_set_bool(w, (a + "expert_weights_norm").c_str(), hp.weights_norm), w, "norm") &&
+             u32(a + "expert_gating_func", hp.sigmoid ? 2 : 1) && u32(a + "expert_group_count", hp.groups) &&
+             u32(a + "expert_group_used_count", hp.groups_used) &&
+             u32(a + "expert_count", hp.experts) && u32(a + "expert_used_count", hp.experts_used) &&
+             u32(a + "feed_forward_length", hp.ff);
+        if (ok && hp.yarn_factor > 0) {
+            const char *yarn = "yarn";
+            ok = check(kt_gguf_writer_set_string(w, (a + "rope.scaling.type").c_str(), yarn, 4), w, "rope") &&
+                 f32(a + "rope.scaling.factor", hp.yarn_factor) &&
+                 u32(a + "rope.scaling.original_context_length", hp.yarn_orig_ctx) &&
+                 f32(a + "rope.scaling.yarn_log_multiplier", hp.yarn_log_mul);
+        }
+        return ok;
+    }
+    ok = ok && u32(a + "attention.head_count_kv", hp.heads_kv) && u32(a + "attention.key_length", hp.head_dim) &&
+         u32(a + "attention.value_length", hp.head_dim) && u32(a + "rope.dimension_count", hp.head_dim);
     if (ok && hp.ff > 0) ok = u32(a + "feed_forward_length", hp.ff);
     if (ok && hp.experts > 0) {
         ok = u32(a + "expert_count", hp.experts) && u32(a + "expert_used_count", hp.experts_used);
@@ -377,11 +413,25 @@ int main(int argc, char **argv) {
         else if (a == "--rope-base") hp.rope_base = num;
         else if (a == "--eps") hp.eps = num;
         else if (a == "--seed") seed = static_cast<uint64_t>(n);
+        else if (a == "--q-lora") hp.q_lora = n;
+        else if (a == "--kv-lora") hp.kv_lora = n;
+        else if (a == "--rope-dims") hp.rope_dims = n;
+        else if (a == "--v-head") hp.v_head = n;
+        else if (a == "--dense-lead") hp.dense_lead = n;
+        else if (a == "--shared-experts") hp.shared_experts = n;
+        else if (a == "--groups") hp.groups = n;
+        else if (a == "--groups-used") hp.groups_used = n;
         else if (a == "--pool-rows") pool_rows = n;
         else return usage(("unknown option " + a).c_str());
     }
     if (out.empty()) return usage("no output file (-o)");
-    if (hp.arch == "qwen2moe" || hp.arch == "qwen3moe") {  // MoE families without a preset: 8 experts, 2 used
+    if (hp.arch == "deepseek2") {  // without a preset: small MLA dimensions
+        if (hp.kv_lora == 0) hp.kv_lora = 64;
+        if (hp.rope_dims == 0) hp.rope_dims = 16;
+        if (hp.v_head == 0) hp.v_head = hp.head_dim / 2;
+        if (hp.experts > 0 && hp.dense_lead == 0 && hp.layers > 1) hp.dense_lead = 1;
+    }
+    if (hp.arch == "qwen2moe" || hp.arch == "qwen3moe" || hp.arch == "deepseek2") {  // MoE without a preset: 8 experts, 2 used
         if (hp.experts == 0) hp.experts = 8;
         if (hp.experts_used == 0) hp.experts_used = 2;
     }

@@ -81,11 +81,15 @@ std::vector<uint8_t> bytes_of(const std::string &path) { return kt::test::read_f
 TEST_CASE("kt-synth writes models of every architecture that kt runs") {
     kt::test::TempDir dir;
     const char *small = " --hidden 64 --heads 4 --heads-kv 2 --head-dim 16 --ff 96 --layers 2 --vocab 300";
-    for (const char *arch : {"llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe"}) {
+    // deepseek2: MLA with a 32 + 16 query head, 64-wide latent, one dense layer, groups.
+    const char *mla = " --hidden 64 --heads 4 --head-dim 48 --kv-lora 64 --rope-dims 16 --v-head 32 --ff 96"
+                      " --expert-ff 32 --layers 3 --vocab 300 --shared-experts 1 --groups 4 --groups-used 2";
+    for (const char *arch : {"llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "deepseek2"}) {
         for (const char *type : {"q4_k_m", "q8_0", "f16"}) {
             INFO(arch << " " << type);
             const std::string out = dir.file(std::string(arch) + "-" + type + ".gguf");
-            const Run r = run(KT_SYNTH_EXE, "-o " + out + " --arch " + arch + " --type " + type + small);
+            const bool is_mla = std::string(arch) == "deepseek2";
+            const Run r = run(KT_SYNTH_EXE, "-o " + out + " --arch " + arch + " --type " + type + (is_mla ? mla : small));
             INFO(r.output);
             REQUIRE(r.exit_code == 0);
             runs(out);

@@ -80,9 +80,12 @@ Status pack_spec_for(const MatrixSource &src, TargetFormat target, int32_t int4_
     PackSpec spec;
     switch (target) {
         case TargetFormat::kAsSource:
-            KT_RETURN_IF(!native_packed_type(src.type, &spec.type), KT_STATUS_UNSUPPORTED,
-                         "weights: no CPU kernel computes with %s weights as stored; convert them to INT8, INT4 or BF16",
-                         ops::type_traits(src.type)->name);
+            // Types without a kernel of their own become the closest one: float types BF16, quantized types
+            // Q8_0 (8-bit codes with a scale per 32 values hold any <= 6-bit block format within 1/254 of a step).
+            if (!native_packed_type(src.type, &spec.type))
+                spec.type = (src.type == KT_TYPE_F32 || src.type == KT_TYPE_F16 || src.type == KT_TYPE_F64)
+                                ? PackedType::kBf16
+                                : PackedType::kQ8_0;
             break;
         case TargetFormat::kInt8: spec.type = PackedType::kInt8; break;
         case TargetFormat::kInt4:
@@ -112,6 +115,7 @@ bool superblock_type(PackedType t) { return cpu::packed_type_info(t).superblock 
 
 int64_t slice_k_granularity(const MatrixSource &src, const PackSpec &spec) {
     if (spec.type == PackedType::kInt4) return spec.group;
+    if (spec.type == PackedType::kQ8_0) return 32;
     if (converts(src, spec)) return 1;                 // the row is decoded whole, then quantized per element
     if (superblock_type(spec.type)) return 128;        // a super-block may be cut in halves (superblock_k_offset)
     return ops::type_traits(src.type)->block_size;     // Q4_0, Q8_0: 32; BF16: 1
@@ -176,6 +180,21 @@ void decode_row(const MatrixSource &src, const PackSpec &spec, int64_t row, RowS
                 }
                 f->codes = s->codes.data();
                 f->f32_scale = s->f32_scale.data();
+                return;
+            }
+            case PackedType::kQ8_0: {  // GGUF Q8_0 blocks: d = amax / 127 rounded to f16, q = round(w / d)
+                const int64_t nb = n / ref::kQK;
+                s->codes.resize(static_cast<size_t>(n));
+                s->f16_group.resize(static_cast<size_t>(nb));
+                for (int64_t b = 0; b < nb; ++b) {
+                    const uint16_t d16 = f32_to_fp16(int8_row_scale(w + b * ref::kQK, ref::kQK));
+                    s->f16_group[static_cast<size_t>(b)] = d16;
+                    const float d = fp16_to_f32(d16);
+                    for (int64_t i = b * ref::kQK; i < (b + 1) * ref::kQK; ++i)
+                        s->codes[static_cast<size_t>(i)] = static_cast<uint8_t>(quantize_int8(w[i], d));
+                }
+                f->codes = s->codes.data();
+                f->f16_group = s->f16_group.data();
                 return;
             }
             default: {  // kBf16 from any other type

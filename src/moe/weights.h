@@ -28,7 +28,8 @@ struct MatrixSource {
 Status make_source(int32_t type, const void *data, int64_t rows, int64_t cols, MatrixSource *out);
 
 enum class TargetFormat : int32_t {
-    kAsSource = 0,  // keep the source's quantization (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS, BF16)
+    kAsSource = 0,  // keep the source's quantization (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS, BF16); other types
+                    // become Q8_0 (quantized types) or BF16 (F32, F16)
     kInt8 = 1,      // int8 per output channel
     kInt4 = 2,      // int4 per group of 32, 64 or 128 along K
     kBf16 = 3,
@@ -42,7 +43,7 @@ struct PackSpec {
 // The packed type that keeps a GGUF type as it is; false when no kernel reads that type directly.
 bool native_packed_type(int32_t gguf_type, cpu::PackedType *out);
 
-// What `src` becomes under `target`. UNSUPPORTED for kAsSource of a type without a kernel.
+// What `src` becomes under `target`.
 Status pack_spec_for(const MatrixSource &src, TargetFormat target, int32_t int4_group, PackSpec *out);
 
 // K granularity at which a matrix packed as `spec` from `src` may be cut into slices.
@@ -60,6 +61,7 @@ Status pack_slice(const MatrixSource &src, const PackSpec &spec, int64_t r0, int
 // The INT8 / INT4 quantizers, stated once (tests reproduce them from this description):
 //   INT8: s = amax(row) / 127, q = clamp(round_even(w / s), -127, 127) (s = 0: q = 0).
 //   INT4: per group, s = amax(group) / 7, q = clamp(round_even(w / s), -8, 7).
+//   Q8_0 (for GGUF types without a kernel): per 32, d = f16(amax / 127), q = clamp(round_even(w / d), -127, 127).
 float int8_row_scale(const float *w, int64_t n);
 int8_t quantize_int8(float w, float scale);
 float int4_group_scale(const float *w, int64_t n);

@@ -51,10 +51,12 @@ std::vector<uint8_t> random_gguf_rows(int32_t type, int64_t rows, int64_t cols, 
             case KT_TYPE_Q5_0: put(offsetof(ref::BlockQ5_0, d), scale(0.005f)); break;
             case KT_TYPE_Q5_1: put(offsetof(ref::BlockQ5_1, d), scale(0.005f)); put(offsetof(ref::BlockQ5_1, m), scale(-0.07f)); break;
             case KT_TYPE_Q8_0: put(offsetof(ref::BlockQ8_0, d), scale(0.0005f)); break;
-            case KT_TYPE_Q2_K: put(offsetof(ref::BlockQ2_K, d), scale(0.002f)); put(offsetof(ref::BlockQ2_K, dmin), scale(0.001f)); break;
+            case KT_TYPE_Q2_K: put(offsetof(ref::BlockQ2_K, d), scale(0.002f)); put(offsetof(ref::BlockQ2_K, dmin), scale(0.003f)); break;
             case KT_TYPE_Q3_K: put(offsetof(ref::BlockQ3_K, d), scale(0.0005f)); break;
-            case KT_TYPE_Q4_K: put(offsetof(ref::BlockQ4_K, d), scale(0.0001f)); put(offsetof(ref::BlockQ4_K, dmin), scale(0.0001f)); break;
-            case KT_TYPE_Q5_K: put(offsetof(ref::BlockQ5_K, d), scale(0.00005f)); put(offsetof(ref::BlockQ5_K, dmin), scale(0.0001f)); break;
+            // K-quants: dmin about d times the middle code, so that sub-blocks are centred on average (sc and m are
+            // random and independent, so each sub-block still has its own offset).
+            case KT_TYPE_Q4_K: put(offsetof(ref::BlockQ4_K, d), scale(0.0001f)); put(offsetof(ref::BlockQ4_K, dmin), scale(0.00075f)); break;
+            case KT_TYPE_Q5_K: put(offsetof(ref::BlockQ5_K, d), scale(0.00005f)); put(offsetof(ref::BlockQ5_K, dmin), scale(0.00075f)); break;
             case KT_TYPE_Q6_K: put(offsetof(ref::BlockQ6_K, d), scale(0.00001f)); break;
             case KT_TYPE_IQ4_NL: put(offsetof(ref::BlockIq4Nl, d), scale(0.0005f)); break;
             case KT_TYPE_IQ4_XS: put(offsetof(ref::BlockIq4Xs, d), scale(0.00002f)); break;

@@ -70,8 +70,12 @@ struct KernelSet {
                       int64_t ldc);
 
     // Quantizes k values of src (fp32, or bf16 when src_bf16) to int8, writes q[0..kp) (zeros after k) and
-    // returns the row's scale.
+    // returns the row's scale amax / 127.
     float (*quantize_row)(const void *src, bool src_bf16, int64_t k, int64_t kp, int8_t *q);
+    // The two halves of quantize_row, for rows split across NUMA shards that must share one scale: the largest |x|,
+    // and the quantization with a given amax (returns amax / 127).
+    float (*row_amax)(const void *src, bool src_bf16, int64_t k);
+    float (*quantize_row_amax)(const void *src, bool src_bf16, int64_t k, int64_t kp, float amax, int8_t *q);
     // dst[0..kp) = bf16(src[0..k)), zeros after k.
     void (*convert_row_bf16)(const void *src, bool src_bf16, int64_t k, int64_t kp, uint16_t *dst);
     // h[i] = swiglu(g[i], u[i]).

@@ -353,15 +353,19 @@ struct Kernels {
         return S::loadf(tmp);
     }
 
-    static float quantize_row(const void *src, bool src_bf16, int64_t k, int64_t kp, int8_t *q) {
+    static float row_amax(const void *src, bool src_bf16, int64_t k) {
         VF vmax = S::fzero();
         int64_t i = 0;
         for (; i + kW <= k; i += kW) vmax = S::fmax(vmax, S::fabs(load_src(src, src_bf16, i)));
         if (i < k) vmax = S::fmax(vmax, S::fabs(load_src_tail(src, src_bf16, i, k - i)));
-        const float amax = S::hmax(vmax);
+        return S::hmax(vmax);
+    }
+
+    static float quantize_row_amax(const void *src, bool src_bf16, int64_t k, int64_t kp, float amax, int8_t *q) {
         const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
         const VF vinv = S::fset1(inv);
-        for (i = 0; i + kW <= k; i += kW) S::store_i8(q + i, S::cvt_round(S::mul(load_src(src, src_bf16, i), vinv)));
+        int64_t i = 0;
+        for (; i + kW <= k; i += kW) S::store_i8(q + i, S::cvt_round(S::mul(load_src(src, src_bf16, i), vinv)));
         if (i < k) {
             alignas(64) int8_t tmp[kW];
             S::store_i8(tmp, S::cvt_round(S::mul(load_src_tail(src, src_bf16, i, k - i), vinv)));
@@ -369,6 +373,10 @@ struct Kernels {
         }
         if (kp > k) std::memset(q + k, 0, static_cast<size_t>(kp - k));
         return amax / 127.0f;
+    }
+
+    static float quantize_row(const void *src, bool src_bf16, int64_t k, int64_t kp, int8_t *q) {
+        return quantize_row_amax(src, src_bf16, k, kp, row_amax(src, src_bf16, k), q);
     }
 
     static void convert_row_bf16(const void *src, bool src_bf16, int64_t k, int64_t kp, uint16_t *dst) {

@@ -354,6 +354,14 @@ typedef struct kt_expert_weights {
 /* As kt_expert_pool_load_model, from caller buffers. KT_STATUS_UNSUPPORTED for a type kt cannot read. */
 KT_API kt_status kt_expert_pool_load(kt_expert_pool *pool, const kt_expert_weights *weights);
 
+/* Loads experts [first_expert, first_expert + n_experts) only: `weights` point at those experts' rows (gate and
+ * up [n_experts][intermediate][hidden], down [n_experts][hidden][intermediate]). Lets a host convert a layer expert
+ * by expert instead of holding all of it unconverted. If the pool holds weights of the same packed types, only
+ * these experts are replaced; otherwise (or when n_experts covers all) the pool starts over and experts not loaded
+ * since hold zeros (they add nothing). Same statuses as kt_expert_pool_load, INVALID_ARGUMENT for a bad range. */
+KT_API kt_status kt_expert_pool_load_experts(kt_expert_pool *pool, const kt_expert_weights *weights,
+                                             int32_t first_expert, int32_t n_experts);
+
 /* mask[e] != 0 marks expert e as computed elsewhere (e.g. on the host's GPU): the pool skips it. The mask is
  * copied and applies to jobs submitted afterwards; NULL clears it. n_experts must equal the pool's. */
 KT_API kt_status kt_expert_pool_set_mask(kt_expert_pool *pool, const uint8_t *mask, int32_t n_experts);

@@ -226,23 +226,33 @@ KT_API kt_status kt_expert_pool_load_model(kt_expert_pool *pool, const kt_model 
     });
 }
 
-KT_API kt_status kt_expert_pool_load(kt_expert_pool *pool, const kt_expert_weights *weights) {
+KT_API kt_status kt_expert_pool_load_experts(kt_expert_pool *pool, const kt_expert_weights *weights,
+                                             int32_t first_expert, int32_t n_experts) {
     if (!pool) return KT_STATUS_INVALID_ARGUMENT;
     return guard_on(pool, [&]() -> Status {
         KT_RETURN_IF(!weights, KT_STATUS_INVALID_ARGUMENT, "kt_expert_pool_load: weights is NULL");
+        const auto &c = pool->pool->config();
+        KT_RETURN_IF(first_expert < 0 || n_experts < 1 || static_cast<int64_t>(first_expert) + n_experts > c.n_experts,
+                     KT_STATUS_INVALID_ARGUMENT, "kt_expert_pool_load_experts: experts [%d, %d + %d) of %lld", first_expert,
+                     first_expert, n_experts, static_cast<long long>(c.n_experts));
         kt_expert_weights w{};
         w.struct_size = sizeof w;
         KT_TRY(read_params(weights, &w, "kt_expert_weights"));
         KT_RETURN_IF(!w.gate || !w.up || !w.down, KT_STATUS_INVALID_ARGUMENT, "kt_expert_pool_load: a weight pointer is NULL");
-        const auto &c = pool->pool->config();
         kt::moe::MatrixSource gate, up, down;
-        KT_TRY(kt::moe::make_source(w.gate_type, w.gate, c.n_experts * c.intermediate, c.hidden, &gate).with_context("gate"));
-        KT_TRY(kt::moe::make_source(w.up_type, w.up, c.n_experts * c.intermediate, c.hidden, &up).with_context("up"));
-        KT_TRY(kt::moe::make_source(w.down_type, w.down, c.n_experts * c.hidden, c.intermediate, &down).with_context("down"));
-        KT_TRY(pool->pool->load(gate, up, down));
+        const int64_t n = n_experts;
+        KT_TRY(kt::moe::make_source(w.gate_type, w.gate, n * c.intermediate, c.hidden, &gate).with_context("gate"));
+        KT_TRY(kt::moe::make_source(w.up_type, w.up, n * c.intermediate, c.hidden, &up).with_context("up"));
+        KT_TRY(kt::moe::make_source(w.down_type, w.down, n * c.hidden, c.intermediate, &down).with_context("down"));
+        KT_TRY(pool->pool->load(gate, up, down, first_expert, n));
         describe(pool);
         return Status::ok();
     });
+}
+
+KT_API kt_status kt_expert_pool_load(kt_expert_pool *pool, const kt_expert_weights *weights) {
+    if (!pool) return KT_STATUS_INVALID_ARGUMENT;
+    return kt_expert_pool_load_experts(pool, weights, 0, static_cast<int32_t>(pool->pool->config().n_experts));
 }
 
 KT_API kt_status kt_expert_pool_set_mask(kt_expert_pool *pool, const uint8_t *mask, int32_t n_experts) {

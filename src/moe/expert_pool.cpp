@@ -340,29 +340,60 @@ Status ExpertPool::validate(const ForwardArgs &a) const {
 // ------------------------------------------------------------------------------------------------------------
 // Loading
 
-Status ExpertPool::load(const MatrixSource &gate, const MatrixSource &up, const MatrixSource &down) {
+Status ExpertPool::load(const MatrixSource &gate, const MatrixSource &up, const MatrixSource &down,
+                        int64_t first_expert, int64_t n_experts) {
     std::lock_guard<std::mutex> lock(api_mutex_);
     drain();
     const auto start = std::chrono::steady_clock::now();
     const int64_t E = config_.n_experts, H = config_.hidden, I = config_.intermediate;
-    KT_RETURN_IF(gate.rows != E * I || gate.cols != H || up.rows != E * I || up.cols != H, KT_STATUS_INVALID_ARGUMENT,
+    if (n_experts < 0) n_experts = E - first_expert;
+    KT_RETURN_IF(first_expert < 0 || n_experts < 1 || first_expert + n_experts > E, KT_STATUS_INVALID_ARGUMENT,
+                 "expert pool: experts [%lld, %lld + %lld) of %lld", static_cast<long long>(first_expert),
+                 static_cast<long long>(first_expert), static_cast<long long>(n_experts), static_cast<long long>(E));
+    const int64_t n = n_experts;
+    KT_RETURN_IF(gate.rows != n * I || gate.cols != H || up.rows != n * I || up.cols != H, KT_STATUS_INVALID_ARGUMENT,
                  "expert pool: gate/up must be [%lld x %lld][%lld], got [%lld][%lld] and [%lld][%lld]",
-                 static_cast<long long>(E), static_cast<long long>(I), static_cast<long long>(H),
+                 static_cast<long long>(n), static_cast<long long>(I), static_cast<long long>(H),
                  static_cast<long long>(gate.rows), static_cast<long long>(gate.cols), static_cast<long long>(up.rows),
                  static_cast<long long>(up.cols));
-    KT_RETURN_IF(down.rows != E * H || down.cols != I, KT_STATUS_INVALID_ARGUMENT,
-                 "expert pool: down must be [%lld x %lld][%lld], got [%lld][%lld]", static_cast<long long>(E),
+    KT_RETURN_IF(down.rows != n * H || down.cols != I, KT_STATUS_INVALID_ARGUMENT,
+                 "expert pool: down must be [%lld x %lld][%lld], got [%lld][%lld]", static_cast<long long>(n),
                  static_cast<long long>(H), static_cast<long long>(I), static_cast<long long>(down.rows),
                  static_cast<long long>(down.cols));
     PackSpec gs, us, ds;
     KT_TRY(pack_spec_for(gate, config_.format, config_.int4_group, &gs).with_context("gate"));
     KT_TRY(pack_spec_for(up, config_.format, config_.int4_group, &us).with_context("up"));
     KT_TRY(pack_spec_for(down, config_.format, config_.int4_group, &ds).with_context("down"));
-    loaded_ = false;
+    const int64_t gran = std::lcm(int64_t{32}, slice_k_granularity(down, ds));
+    // A load of all experts, or of experts whose packed types differ from those in place, starts over; a load of
+    // some experts in the types in place replaces just those.
+    const bool same = allocated_ && gs.type == specs_[0].type && gs.group == specs_[0].group &&
+                      us.type == specs_[1].type && us.group == specs_[1].group && ds.type == specs_[2].type &&
+                      ds.group == specs_[2].group && gran == granularity_;
+    if (!same || n == E) {
+        loaded_ = false;
+        allocated_ = false;
+        KT_TRY(prepare(gs, us, ds, gran));
+        specs_[0] = gs;
+        specs_[1] = us;
+        specs_[2] = ds;
+        granularity_ = gran;
+        allocated_ = true;
+    }
+    KT_TRY(pack_experts(gate, up, down, first_expert, n));
+    loaded_ = true;
+    info_.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    KT_LOG_INFO_MSG("expert pool: loaded experts [%lld, %lld) of %lld (gate %s, up %s, down %s), %.1f MiB packed in %.2f s",
+                    static_cast<long long>(first_expert), static_cast<long long>(first_expert + n), static_cast<long long>(E),
+                    info_.gate_type.c_str(), info_.up_type.c_str(), info_.down_type.c_str(),
+                    static_cast<double>(info_.expert_bytes * static_cast<uint64_t>(n)) / (1 << 20), info_.load_seconds);
+    return Status::ok();
+}
 
+Status ExpertPool::prepare(const PackSpec &gs, const PackSpec &us, const PackSpec &ds, int64_t gran) {
+    const int64_t E = config_.n_experts, H = config_.hidden, I = config_.intermediate;
     // Shards of I: proportional to each group's threads, cut where every format allows (32-row panels for gate/up,
     // the down format's K granularity).
-    const int64_t gran = std::lcm(int64_t{32}, slice_k_granularity(down, ds));
     const int n_groups = static_cast<int>(groups_.size());
     const int total_threads = static_cast<int>(plan_.threads.size());
     int64_t begin = 0;
@@ -396,9 +427,10 @@ Status ExpertPool::load(const MatrixSource &gate, const MatrixSource &up, const 
             info_.placement.emplace_back("empty");
             continue;
         }
-        KT_TRY(slice_layout(gate, gs, 0, grp.shard(), 0, H, &grp.gate_l).with_context("gate"));
-        KT_TRY(slice_layout(up, us, 0, grp.shard(), 0, H, &grp.up_l).with_context("up"));
-        KT_TRY(slice_layout(down, ds, 0, H, grp.i_begin, grp.i_end, &grp.down_l).with_context("down"));
+        KT_TRY(cpu::packed_layout(gs.type, grp.shard(), H, gs.group, 0, &grp.gate_l).with_context("gate"));
+        KT_TRY(cpu::packed_layout(us.type, grp.shard(), H, us.group, 0, &grp.up_l).with_context("up"));
+        const int32_t offset = cpu::packed_type_info(ds.type).superblock > 0 ? static_cast<int32_t>(grp.i_begin % 256) : 0;
+        KT_TRY(cpu::packed_layout(ds.type, H, grp.shard(), ds.group, offset, &grp.down_l).with_context("down"));
         grp.gate_stride = round_up(static_cast<int64_t>(grp.gate_l.bytes), 64);
         grp.up_stride = round_up(static_cast<int64_t>(grp.up_l.bytes), 64);
         grp.down_stride = round_up(static_cast<int64_t>(grp.down_l.bytes), 64);
@@ -464,6 +496,13 @@ Status ExpertPool::load(const MatrixSource &gate, const MatrixSource &up, const 
     sc.slot_token.assign(static_cast<size_t>(max_slots), 0);
     sc.slot_weight.assign(static_cast<size_t>(max_slots), 0.0f);
 
+    return Status::ok();
+}
+
+Status ExpertPool::pack_experts(const MatrixSource &gate, const MatrixSource &up, const MatrixSource &down,
+                                int64_t first_expert, int64_t n) {
+    const int64_t H = config_.hidden, I = config_.intermediate;
+    const PackSpec gs = specs_[0], us = specs_[1], ds = specs_[2];
     // Pack: each group's threads pack that group's shard of every expert (first touch on the right node), from
     // the driver thread so that thread 0 is on the first node too.
     std::vector<Counter> next(groups_.size());
@@ -476,20 +515,20 @@ Status ExpertPool::load(const MatrixSource &gate, const MatrixSource &up, const 
             Counter &ctr = next[static_cast<size_t>(thread_group_[static_cast<size_t>(tid)])];
             for (;;) {
                 const int64_t item = ctr.next.fetch_add(1, std::memory_order_relaxed);
-                if (item >= 3 * E) return;
-                const int64_t e = item / 3;
+                if (item >= 3 * n) return;
+                const int64_t j = item / 3, e = first_expert + j;  // j: the expert's index in the sources
                 Status s;
                 switch (item % 3) {
                     case 0:
-                        s = pack_slice(gate, gs, e * I + grp.i_begin, 0, grp.gate_l, 0, grp.gate_l.panels,
+                        s = pack_slice(gate, gs, j * I + grp.i_begin, 0, grp.gate_l, 0, grp.gate_l.panels,
                                        grp.gate_w.as<uint8_t>() + e * grp.gate_stride);
                         break;
                     case 1:
-                        s = pack_slice(up, us, e * I + grp.i_begin, 0, grp.up_l, 0, grp.up_l.panels,
+                        s = pack_slice(up, us, j * I + grp.i_begin, 0, grp.up_l, 0, grp.up_l.panels,
                                        grp.up_w.as<uint8_t>() + e * grp.up_stride);
                         break;
                     default:
-                        s = pack_slice(down, ds, e * H, grp.i_begin, grp.down_l, 0, grp.down_l.panels,
+                        s = pack_slice(down, ds, j * H, grp.i_begin, grp.down_l, 0, grp.down_l.panels,
                                        grp.down_w.as<uint8_t>() + e * grp.down_stride);
                         break;
                 }
@@ -501,13 +540,7 @@ Status ExpertPool::load(const MatrixSource &gate, const MatrixSource &up, const 
         });
     };
     KT_TRY(run_on_driver(pack_all));
-    KT_TRY(std::move(err));
-    loaded_ = true;
-    info_.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    KT_LOG_INFO_MSG("expert pool: loaded %lld experts (gate %s, up %s, down %s), %.1f MiB packed in %.2f s",
-                    static_cast<long long>(E), info_.gate_type.c_str(), info_.up_type.c_str(), info_.down_type.c_str(),
-                    static_cast<double>(info_.weight_bytes) / (1 << 20), info_.load_seconds);
-    return Status::ok();
+    return err;
 }
 
 // ------------------------------------------------------------------------------------------------------------

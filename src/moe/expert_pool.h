@@ -96,8 +96,12 @@ public:
     ExpertPool(const ExpertPool &) = delete;
     ExpertPool &operator=(const ExpertPool &) = delete;
 
-    // gate, up: [E * I][H] (expert e's rows e*I .. e*I+I-1); down: [E * H][I]. Replaces earlier weights.
-    Status load(const MatrixSource &gate, const MatrixSource &up, const MatrixSource &down);
+    // gate, up: [n * I][H] (expert first_expert + j in rows j*I .. j*I+I-1); down: [n * H][I], for experts
+    // [first_expert, first_expert + n) (n < 0: to the last one). Loading all experts, or packed types other than
+    // those in place, starts over (experts not loaded since hold zeros); otherwise only these experts are replaced,
+    // so a host can convert a layer expert by expert.
+    Status load(const MatrixSource &gate, const MatrixSource &up, const MatrixSource &down, int64_t first_expert = 0,
+                int64_t n_experts = -1);
     bool loaded() const { return loaded_; }
 
     // mask[e] != 0: expert e is computed elsewhere and skipped. nullptr clears the mask. Applies to jobs submitted
@@ -122,6 +126,9 @@ private:
 
     ExpertPool() = default;
     Status init(const ExpertPoolConfig &config);
+    Status prepare(const PackSpec &gate, const PackSpec &up, const PackSpec &down, int64_t granularity);
+    Status pack_experts(const MatrixSource &gate, const MatrixSource &up, const MatrixSource &down, int64_t first_expert,
+                        int64_t n);
     Status validate(const ForwardArgs &args) const;
     void driver_main();
     void execute(Job &job);
@@ -139,6 +146,9 @@ private:
     std::unique_ptr<Scratch> scratch_;
     PoolInfo info_;
     bool loaded_ = false;
+    bool allocated_ = false;
+    PackSpec specs_[3];        // gate, up, down as packed now
+    int64_t granularity_ = 0;  // K granularity of the down slices the shards were cut with
 
     // Runs fn on the driver thread (placed on node 0, like worker 0 of a job), after the jobs queued before it.
     Status run_on_driver(FunctionRef<Status()> fn);

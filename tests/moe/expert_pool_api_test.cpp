@@ -227,6 +227,45 @@ TEST_CASE("expert pool api: weights from a GGUF model layer") {
     kt_expert_pool_free(pool);
 }
 
+TEST_CASE("expert pool api: loading expert by expert equals loading all at once") {
+    const ExpertWeights w = make_experts(KT_TYPE_Q4_0, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, kE, kH, kI, 25);
+    kt_expert_pool *whole = make_pool(w, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 16, 8);
+    kt_expert_pool_params p;
+    kt_expert_pool_params_init(&p);
+    p.n_experts = kE;
+    p.hidden_size = kH;
+    p.intermediate_size = kI;
+    p.max_tokens = 16;
+    kt_expert_pool *parts = nullptr;
+    REQUIRE(kt_expert_pool_create(&p, &parts, nullptr) == KT_STATUS_OK);
+    const size_t gate_bytes = w.gate.size() / kE, down_bytes = w.down.size() / kE;
+    auto load = [&](int32_t first, int32_t n) {
+        kt_expert_weights ew = {sizeof ew, KT_TYPE_Q4_0, KT_TYPE_Q4_0, KT_TYPE_Q4_0, w.gate.data() + first * gate_bytes,
+                                w.up.data() + first * gate_bytes, w.down.data() + first * down_bytes};
+        return kt_expert_pool_load_experts(parts, &ew, first, n);
+    };
+    const Routing r = make_routing(9, 8, kE, 26);
+    const std::vector<float> x = random_normal(static_cast<size_t>(9 * kH), 27);
+
+    // Only experts 3..4 loaded: the others hold zeros and add nothing.
+    REQUIRE(load(3, 2) == KT_STATUS_OK);
+    uint8_t only_3_4[kE] = {1, 1, 1, 0, 0, 1, 1, 1};
+    std::vector<float> y = run_forward(parts, x, r);
+    CHECK(normalized_error(y, emulated_reference(w, x, r, only_3_4, false)) < kEmulatedBound);
+
+    REQUIRE(load(0, 3) == KT_STATUS_OK);
+    REQUIRE(load(5, 3) == KT_STATUS_OK);
+    y = run_forward(parts, x, r);
+    const std::vector<float> all = run_forward(whole, x, r);
+    CHECK(std::memcmp(y.data(), all.data(), sizeof(float) * y.size()) == 0);
+
+    CHECK(load(7, 2) == KT_STATUS_INVALID_ARGUMENT);
+    CHECK(load(-1, 1) == KT_STATUS_INVALID_ARGUMENT);
+    CHECK(load(0, 0) == KT_STATUS_INVALID_ARGUMENT);
+    kt_expert_pool_free(parts);
+    kt_expert_pool_free(whole);
+}
+
 TEST_CASE("expert pool api: bad arguments get a status and a message, never a crash") {
     kt_expert_pool_params p;
     kt_expert_pool_params_init(&p);

@@ -572,6 +572,177 @@ typedef struct kt_roofline {
  * the buffer. */
 KT_API kt_status kt_measure_roofline(int32_t n_threads, uint64_t buffer_bytes, kt_roofline *out);
 
+/* ------------------------------------------------------------------------------------------------------------ */
+/* CPU instruction sets. kt picks kernels by what the CPU and OS allow (CPUID, XCR0, and for AMX the tile palette  */
+/* and Linux's permission), so one libkt runs on any x86-64 CPU; a missing ISA means a slower path, never SIGILL. */
+
+#define KT_ISA_SCALAR 0  /* portable C++ */
+#define KT_ISA_AVX2 1    /* AVX2 + FMA + F16C */
+#define KT_ISA_AVX512 2  /* AVX-512 F/BW/DQ/VL; VNNI and AVX512-BF16 used when present, emulated exactly otherwise */
+#define KT_ISA_AMX 3     /* AMX tiles (int8, bf16) on top of AVX-512 */
+
+/* Caps the instruction set of kernels chosen from now on, process-wide. The environment variable KT_MAX_ISA
+ * ("scalar", "avx2", "avx512" or "amx") sets the initial cap. Expert pools keep the kernels they chose when they
+ * were created. KT_STATUS_INVALID_ARGUMENT for an unknown level. Thread-safe. */
+KT_API kt_status kt_set_max_isa(int32_t level);
+/* The level kernels use now (the host's best, capped), and the host's best ignoring the cap. Thread-safe. */
+KT_API int32_t kt_get_isa(void);
+KT_API int32_t kt_get_host_isa(void);
+/* "scalar", "avx2", "avx512", "amx"; NULL for an unknown level. Static storage. */
+KT_API const char *kt_isa_name(int32_t level);
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Expert pools: the routed experts of one MoE layer, computed on the CPU.                                       */
+/*                                                                                                               */
+/* A host engine (which may keep attention and the router on its GPU) passes the hidden states of T tokens with  */
+/* their top-k expert ids and routing weights; the pool computes, for every token,                               */
+/*     out[t] = sum over its k slots with id != -1 and the expert not masked of                                  */
+/*              weight * W_down[id] . swiglu(W_gate[id] . x[t], W_up[id] . x[t])                                  */
+/* (swiglu(g, u) = silu(g) * u, see the params for the clamped and alpha variants), into the caller's output or   */
+/* added to it. Weights: W_gate, W_up [n_experts][intermediate][hidden], W_down [n_experts][hidden][intermediate]. */
+/* Numerics: with integer weight formats, each token's activations are quantized to int8 once per call (scale    */
+/* per token) and so is each intermediate row for the down projection; accumulation is exact in int32 per scale  */
+/* group and fp32 above it. BF16 weights use bf16 activations with fp32 accumulation.                            */
+/*                                                                                                               */
+/* Threads and NUMA: the pool owns its worker threads (by default one per physical core, pinned), grouped by NUMA */
+/* node; each expert's intermediate dimension is split across the nodes used, each node holding its part of the  */
+/* weights in its own memory. Idle workers sleep (they spin briefly after each call first).                      */
+/*                                                                                                               */
+/* Thread safety: every function may be called from any thread; calls on one pool are serialized internally, so  */
+/* submissions from several threads are queued in the order the calls acquire the pool. kt_expert_pool_wait does */
+/* not block submissions. kt_expert_pool_free must not race with other calls on the same pool.                  */
+
+typedef struct kt_expert_pool kt_expert_pool;
+
+/* Weight formats. */
+#define KT_EXPERT_WEIGHTS_AS_SOURCE 0 /* keep the source's quantization: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS and BF16
+                                          are computed as stored; other GGUF types become Q8_0, F32/F16 become BF16 */
+#define KT_EXPERT_WEIGHTS_INT8 1      /* int8, one scale per output channel */
+#define KT_EXPERT_WEIGHTS_INT4 2      /* int4, one scale per group of int4_group_size values along the input */
+#define KT_EXPERT_WEIGHTS_BF16 3
+
+/* NUMA policies. */
+#define KT_NUMA_AUTO 0   /* every node that has usable cores: one worker group and one shard per node */
+#define KT_NUMA_OFF 1    /* one group, memory placed by the OS */
+#define KT_NUMA_NODES 2  /* the nodes listed in numa_nodes (hwloc logical indexes) */
+
+typedef struct kt_expert_pool_params {
+    uint32_t struct_size;       /* sizeof(kt_expert_pool_params) */
+    int32_t n_experts;          /* E >= 1 (required) */
+    int32_t hidden_size;        /* H >= 1 (required) */
+    int32_t intermediate_size;  /* I >= 1 (required) */
+    int32_t max_tokens;         /* most tokens per call; scratch is sized for it. Default 512 */
+    int32_t max_top_k;          /* most experts per token. Default 8 */
+    int32_t weight_format;      /* KT_EXPERT_WEIGHTS_*. Default AS_SOURCE */
+    int32_t int4_group_size;    /* 32, 64 or 128 (INT4 only). Default 128 */
+    int32_t input_type;         /* KT_TYPE_F32 (default) or KT_TYPE_BF16 */
+    int32_t output_type;        /* KT_TYPE_F32 (default) or KT_TYPE_BF16 */
+    int32_t n_threads;          /* 0 (default): one per physical core of the nodes used */
+    int32_t numa_policy;        /* KT_NUMA_*. Default AUTO */
+    int32_t n_numa_nodes;       /* KT_NUMA_NODES: entries in numa_nodes */
+    const int32_t *numa_nodes;  /* copied at creation; may be NULL otherwise */
+    float swiglu_limit;         /* > 0: gate = min(gate, limit), up = clamp(up, -limit, limit) first. Default 0 */
+    float swiglu_alpha;         /* > 0: gate * sigmoid(alpha * gate) * (up + 1) instead of silu(gate) * up. Default 0 */
+    int32_t max_in_flight;      /* jobs kt_expert_pool_submit may queue before it blocks. Default 4 */
+    int32_t spin_microseconds;  /* how long idle workers spin before sleeping. Default 100 */
+} kt_expert_pool_params;
+
+/* Fills *params with struct_size and the defaults above (the three sizes are 0 and must be set). */
+KT_API void kt_expert_pool_params_init(kt_expert_pool_params *params);
+
+/* Creates a pool and starts its threads. Weights are loaded separately. On failure *out_pool is NULL and `err`
+ * (if not NULL) gets the status and message: KT_STATUS_INVALID_ARGUMENT for bad params, OUT_OF_MEMORY when
+ * threads cannot start. */
+KT_API kt_status kt_expert_pool_create(const kt_expert_pool_params *params, kt_expert_pool **out_pool, kt_error *err);
+/* Waits for queued jobs, stops the threads and frees everything. NULL is a no-op. */
+KT_API void kt_expert_pool_free(kt_expert_pool *pool);
+/* The message of the last failed call on this pool ("" if none); valid until the next failing call or free. */
+KT_API const char *kt_expert_pool_last_error(const kt_expert_pool *pool);
+
+/* Loads blk.<layer>.ffn_gate_exps.weight, ffn_up_exps and ffn_down_exps from a model (any tensor type kt reads),
+ * packing them per the pool's weight format; the model may be freed afterwards. Waits for queued jobs first and
+ * replaces earlier weights. KT_STATUS_NOT_FOUND for a missing tensor, INVALID_ARGUMENT for shapes that do not
+ * match the pool, OUT_OF_MEMORY. */
+KT_API kt_status kt_expert_pool_load_model(kt_expert_pool *pool, const kt_model *model, int32_t layer);
+
+/* Weights in caller memory, row-major: gate and up [n_experts][intermediate][hidden], down
+ * [n_experts][hidden][intermediate], each of any KT_TYPE_* kt reads (F32, F16, BF16 or a GGUF block type whose
+ * block divides the row). The buffers are only read during the call. */
+typedef struct kt_expert_weights {
+    uint32_t struct_size;  /* sizeof(kt_expert_weights) */
+    int32_t gate_type;
+    int32_t up_type;
+    int32_t down_type;
+    const void *gate;
+    const void *up;
+    const void *down;
+} kt_expert_weights;
+
+/* As kt_expert_pool_load_model, from caller buffers. KT_STATUS_UNSUPPORTED for a type kt cannot read. */
+KT_API kt_status kt_expert_pool_load(kt_expert_pool *pool, const kt_expert_weights *weights);
+
+/* Loads experts [first_expert, first_expert + n_experts) only: `weights` point at those experts' rows (gate and
+ * up [n_experts][intermediate][hidden], down [n_experts][hidden][intermediate]). Lets a host convert a layer expert
+ * by expert instead of holding all of it unconverted. If the pool holds weights of the same packed types, only
+ * these experts are replaced; otherwise (or when n_experts covers all) the pool starts over and experts not loaded
+ * since hold zeros (they add nothing). Same statuses as kt_expert_pool_load, INVALID_ARGUMENT for a bad range. */
+KT_API kt_status kt_expert_pool_load_experts(kt_expert_pool *pool, const kt_expert_weights *weights,
+                                             int32_t first_expert, int32_t n_experts);
+
+/* mask[e] != 0 marks expert e as computed elsewhere (e.g. on the host's GPU): the pool skips it. The mask is
+ * copied and applies to jobs submitted afterwards; NULL clears it. n_experts must equal the pool's. */
+KT_API kt_status kt_expert_pool_set_mask(kt_expert_pool *pool, const uint8_t *mask, int32_t n_experts);
+
+/* One call. input and output are [n_tokens][hidden] of the pool's input/output types; expert_ids and
+ * expert_weights are [n_tokens][top_k]; id -1 means "no expert". */
+typedef struct kt_expert_forward {
+    uint32_t struct_size;          /* sizeof(kt_expert_forward) */
+    int32_t n_tokens;              /* 0..max_tokens (0: nothing to do) */
+    int32_t top_k;                 /* 1..max_top_k */
+    int32_t ids_type;              /* KT_TYPE_I32 (default) or KT_TYPE_I64 */
+    int32_t accumulate;            /* non-zero: add to output instead of overwriting it (default 0) */
+    int32_t reserved0;             /* must be 0 */
+    const void *input;
+    const void *expert_ids;
+    const float *expert_weights;
+    void *output;
+} kt_expert_forward;
+
+/* Fills *args with struct_size and defaults (pointers NULL, counts 0). */
+KT_API void kt_expert_forward_init(kt_expert_forward *args);
+
+/* Computes one call synchronously (after any queued jobs). KT_STATUS_MISUSE before weights are loaded,
+ * INVALID_ARGUMENT for bad counts, NULL pointers or an id outside [-1, n_experts). */
+KT_API kt_status kt_expert_pool_forward(kt_expert_pool *pool, const kt_expert_forward *args);
+
+/* Queues one call and returns once it is queued (blocking while max_in_flight jobs are pending); jobs run in
+ * submission order. The arguments are checked now (same statuses as forward); the buffers they point to must stay
+ * valid, and output untouched by the caller, until the job is waited for. *out_ticket (may be NULL) numbers the
+ * job, from 1. */
+KT_API kt_status kt_expert_pool_submit(kt_expert_pool *pool, const kt_expert_forward *args, uint64_t *out_ticket);
+
+/* Waits until job `ticket` and every job before it have finished (0: all submitted jobs). Returns the first
+ * failure among jobs finished since the previous wait, if any. KT_STATUS_INVALID_ARGUMENT for a ticket that was
+ * never issued. */
+KT_API kt_status kt_expert_pool_wait(kt_expert_pool *pool, uint64_t ticket);
+
+/* What a pool chose and loaded. Strings are static or owned by the pool (valid until the next load or free). */
+typedef struct kt_expert_pool_info {
+    uint32_t struct_size;        /* set by the caller: sizeof(kt_expert_pool_info) */
+    int32_t isa;                 /* KT_ISA_* of the kernels */
+    int32_t n_threads;
+    int32_t n_numa_groups;       /* worker groups = shards of the intermediate dimension */
+    int32_t loaded;              /* 1 once weights are loaded */
+    uint64_t weight_bytes;       /* packed weights, all experts */
+    uint64_t expert_bytes;       /* packed weights of one expert (gate + up + down) */
+    double load_seconds;
+    const char *kernels;         /* e.g. "avx512-vnni-bf16" */
+    const char *weight_formats;  /* e.g. "gate Q4_K, up Q4_K, down Q6_K" */
+    const char *description;     /* one line: groups, nodes, threads, shards, memory placement */
+} kt_expert_pool_info;
+
+KT_API kt_status kt_expert_pool_get_info(const kt_expert_pool *pool, kt_expert_pool_info *out_info);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

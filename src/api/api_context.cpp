@@ -6,6 +6,7 @@
 #include "api/api_internal.h"
 #include "core/log.h"
 #include "ops/linear.h"
+#include "runtime/engine_kernels.h"
 
 using kt::Status;
 using kt::api::guard;
@@ -32,19 +33,23 @@ Status copy_params(const Params *given, size_t min_size, const char *what, Param
     return Status::ok();
 }
 
-const kt::ops::KernelFactory &kernels_for(int32_t choice) {
-    // Until the expert engine's kernels are wired in, AUTO also runs the reference kernels.
-    (void)choice;
-    return kt::ops::reference_kernels();
-}
-
-// The model prepared for `kernels`, built once per kt_model and shared.
-Status prepared_model(kt_model *model, int32_t kernels, std::shared_ptr<const kt::model::Model> *out) {
+// The model prepared for `kernels`, built once per kt_model and shared. n_threads: the expert engine's (the first
+// AUTO context's choice).
+Status prepared_model(kt_model *model, int32_t kernels, int32_t n_threads, std::shared_ptr<const kt::model::Model> *out) {
     std::lock_guard<std::mutex> lock(model->runners_mutex);
     std::shared_ptr<const kt::model::Model> &slot = model->runners[kernels];
     if (!slot) {
+        const kt::ops::KernelFactory *factory = &kt::ops::reference_kernels();
+        if (kernels == KT_KERNELS_AUTO) {
+            if (!model->engine) {
+                kt::runtime::EngineOptions options;
+                options.n_threads = n_threads;
+                KT_TRY(kt::runtime::create_engine_kernels(options, &model->engine));
+            }
+            factory = model->engine.get();
+        }
         std::unique_ptr<kt::model::Model> m;
-        KT_TRY(kt::model::Model::load(*model->file, kernels_for(kernels), &m));
+        KT_TRY(kt::model::Model::load(*model->file, *factory, &m));
         KT_LOG_INFO_MSG("%s: %s, %lld layers, hidden %lld, %lld experts (%lld used), vocabulary %lld; kernels: %s",
                         model->file->source_name().c_str(), m->hp.arch.c_str(), static_cast<long long>(m->hp.n_layer),
                         static_cast<long long>(m->hp.n_embd), static_cast<long long>(m->hp.n_expert),
@@ -64,7 +69,7 @@ Status create_context(kt_model *model, const kt_context_params &p, kt_context **
     KT_TRY(require(p.kernels == KT_KERNELS_AUTO || p.kernels == KT_KERNELS_REFERENCE,
                    "kt_context_create: kernels must be KT_KERNELS_AUTO or KT_KERNELS_REFERENCE"));
     std::shared_ptr<const kt::model::Model> m;
-    KT_TRY(prepared_model(model, p.kernels, &m));
+    KT_TRY(prepared_model(model, p.kernels, p.n_threads, &m));
 
     kt::runtime::ContextParams cp;
     cp.n_ctx = p.n_ctx > 0 ? p.n_ctx : std::min(m->hp.n_ctx_train, kDefaultMaxContext);

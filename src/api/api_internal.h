@@ -34,8 +34,10 @@ struct kt_model {
     std::unique_ptr<kt::gguf::File> file;
     kt_error_slot error;
     // The model prepared for running, built by the first context that needs it (per kernel choice) and shared
-    // by every context after it.
+    // by every context after it. The engine's factory (its expert pools' thread count is the first context's)
+    // is declared first so that it outlives the models built with it.
     std::mutex runners_mutex;
+    std::unique_ptr<kt::ops::KernelFactory> engine;
     std::shared_ptr<const kt::model::Model> runners[2];  // [KT_KERNELS_AUTO, KT_KERNELS_REFERENCE]
 };
 

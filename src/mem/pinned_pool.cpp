@@ -8,10 +8,11 @@
 
 namespace kt::mem {
 
-Status create_pinned_pool(int n_threads, const char *name, std::unique_ptr<ThreadPool> *out) {
+Status create_pinned_pool(int n_threads, const char *name, std::unique_ptr<ThreadPool> *out, int64_t spin_ns) {
     KT_RETURN_IF(n_threads < 0, KT_STATUS_INVALID_ARGUMENT, "thread count %d is negative", n_threads);
     ThreadPoolOptions options;
     options.name = name;
+    options.spin_ns = spin_ns;
     const Topology *topology = nullptr;
     auto plan = std::make_shared<ThreadPlan>();
     if (Topology::shared(&topology).is_ok() && plan_threads(*topology, n_threads, {}, plan.get()).is_ok()) {

@@ -12,6 +12,8 @@ namespace kt::mem {
 // n_threads 0: one per physical core. The calling thread joins every job as thread 0 and is never re-pinned;
 // workers 1..n-1 are pinned where the system allows (unpinned is slower, not wrong), spread over NUMA nodes as
 // plan_threads does. Without a usable topology the pool is unpinned, n_threads 0 meaning the online CPUs.
-Status create_pinned_pool(int n_threads, const char *name, std::unique_ptr<ThreadPool> *out);
+// spin_ns: how long idle workers spin before sleeping (ThreadPoolOptions::spin_ns).
+Status create_pinned_pool(int n_threads, const char *name, std::unique_ptr<ThreadPool> *out,
+                          int64_t spin_ns = kDefaultSpinNs);
 
 }  // namespace kt::mem

@@ -5,6 +5,14 @@
 #include "mem/pinned_pool.h"
 
 namespace kt::runtime {
+namespace {
+
+// The context's workers spin only briefly between jobs: consecutive jobs of one layer (projections, attention)
+// follow each other within microseconds, and the MoE that comes next runs on the expert pools' threads, which
+// spinning workers would slow down on the same cores.
+constexpr int64_t kContextSpinNs = 10'000;
+
+}  // namespace
 
 Status Context::create(std::shared_ptr<const model::Model> model, const ContextParams &params,
                        std::unique_ptr<Context> *out) {
@@ -16,7 +24,7 @@ Status Context::create(std::shared_ptr<const model::Model> model, const ContextP
     c->params_.n_batch = std::min(params.n_batch, params.n_ctx);
     KT_RETURN_IF(params.n_threads < 0 || params.n_threads > 4096, KT_STATUS_INVALID_ARGUMENT,
                  "n_threads %d is out of range [0, 4096]", params.n_threads);
-    KT_TRY(mem::create_pinned_pool(params.n_threads, "kt-ctx", &c->pool_));
+    KT_TRY(mem::create_pinned_pool(params.n_threads, "kt-ctx", &c->pool_, kContextSpinNs));
     KT_TRY(KvCache::create(c->model_->hp, params.n_ctx, params.kv_type, c->pool_->size(), &c->cache_));
     c->scratch_.reserve(c->model_->hp, c->params_.n_batch);
     c->positions_.resize(static_cast<size_t>(c->params_.n_batch));

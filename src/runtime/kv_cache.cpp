@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/checked_math.h"
 #include "ops/ref/quants_ref.h"
@@ -10,29 +11,12 @@
 namespace kt::runtime {
 namespace {
 
-// Queries handled together per KV head: each cached row is converted to f32 once per block.
+// Queries handled together per KV head: each cached tile or row is converted to f32 once per block.
 constexpr int64_t kQueryBlock = 16;
 
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
 }  // namespace
-
-void KvCache::store_row(const float *src, int64_t n, uint8_t *dst) const {
-    switch (type_) {
-        case KT_TYPE_F32: std::copy_n(src, n, reinterpret_cast<float *>(dst)); break;
-        case KT_TYPE_F16: vk_->f32_to_f16(src, reinterpret_cast<uint16_t *>(dst), n); break;
-        case KT_TYPE_BF16: vk_->f32_to_bf16(src, reinterpret_cast<uint16_t *>(dst), n); break;
-        default: ref::quantize_row(type_, src, dst, n); break;  // Q8_0
-    }
-}
-
-const float *KvCache::load_row(const uint8_t *src, int64_t n, float *buffer) const {
-    switch (type_) {
-        case KT_TYPE_F32: return reinterpret_cast<const float *>(src);  // the cache itself
-        case KT_TYPE_F16: vk_->f16_to_f32(reinterpret_cast<const uint16_t *>(src), buffer, n); break;
-        case KT_TYPE_BF16: vk_->bf16_to_f32(reinterpret_cast<const uint16_t *>(src), buffer, n); break;
-        default: ref::dequantize_row(type_, src, buffer, n); break;  // Q8_0
-    }
-    return buffer;
-}
 
 Status KvCache::create(const model::HParams &hp, int64_t n_ctx, int32_t type, int n_threads, KvCache *out) {
     KT_RETURN_IF(type != KT_TYPE_F32 && type != KT_TYPE_F16 && type != KT_TYPE_BF16 && type != KT_TYPE_Q8_0,
@@ -47,7 +31,10 @@ Status KvCache::create(const model::HParams &hp, int64_t n_ctx, int32_t type, in
     const ops::TypeTraits &traits = *ops::type_traits(type);
     KvCache c;
     c.type_ = type;
+    c.elem_ = type == KT_TYPE_F32 ? cpu::KvElem::kF32 : type == KT_TYPE_BF16 ? cpu::KvElem::kBf16 : cpu::KvElem::kF16;
+    c.elem_bytes_ = type == KT_TYPE_F32 ? 4 : 2;
     c.vk_ = &cpu::vector_kernels();
+    c.ak_ = &cpu::attention_kernels();
     c.n_ctx_ = n_ctx;
     c.n_head_ = hp.n_head;
     c.hkv_ = hp.n_head_kv;
@@ -56,17 +43,57 @@ Status KvCache::create(const model::HParams &hp, int64_t n_ctx, int32_t type, in
     c.kq_scale_ = hp.kq_scale;
     c.k_row_bytes_ = ops::row_bytes(traits, c.dk_);
     c.v_row_bytes_ = ops::row_bytes(traits, c.dv_);
-    uint64_t rows = 0, k_bytes = 0, v_bytes = 0;
-    KT_RETURN_IF(!checked_mul(static_cast<uint64_t>(hp.n_layer * hp.n_head_kv), static_cast<uint64_t>(n_ctx), &rows) ||
-                     !checked_mul(rows, static_cast<uint64_t>(c.k_row_bytes_), &k_bytes) ||
-                     !checked_mul(rows, static_cast<uint64_t>(c.v_row_bytes_), &v_bytes),
+    // Tiles cover whole groups of 16 positions.
+    const int64_t positions = c.tiled() ? round_up(n_ctx, cpu::kKeyTile) : n_ctx;
+    c.k_head_bytes_ = positions * c.k_row_bytes_;
+    c.v_head_bytes_ = positions * c.v_row_bytes_;
+    uint64_t heads = 0, k_bytes = 0, v_bytes = 0;
+    KT_RETURN_IF(!checked_mul(static_cast<uint64_t>(hp.n_layer), static_cast<uint64_t>(hp.n_head_kv), &heads) ||
+                     !checked_mul(heads, static_cast<uint64_t>(c.k_head_bytes_), &k_bytes) ||
+                     !checked_mul(heads, static_cast<uint64_t>(c.v_head_bytes_), &v_bytes),
                  KT_STATUS_INVALID_ARGUMENT, "KV cache for %lld positions is too large", static_cast<long long>(n_ctx));
     c.k_.resize(k_bytes);
     c.v_.resize(v_bytes);
-    c.scratch_per_thread_ = std::max(c.dk_, c.dv_) + kQueryBlock * (c.n_head_ / c.hkv_) * n_ctx;
-    c.scratch_.resize(static_cast<size_t>(c.scratch_per_thread_ * std::max(n_threads, 1)));
+
+    const int64_t rows = kQueryBlock * (c.n_head_ / c.hkv_);
+    const int64_t kernel = c.tiled() ? static_cast<int64_t>(cpu::attention_scratch_floats(rows, c.dk_, c.dv_))
+                                     : std::max(c.dk_, c.dv_) + rows * n_ctx;
+    c.scratch_per_thread_ = round_up(rows * c.dk_ + rows * c.dv_ + kernel, 16);
+    c.scratch_.resize(static_cast<size_t>(c.scratch_per_thread_ * std::max(n_threads, 1) + 16));
+    c.visible_.resize(static_cast<size_t>(rows * std::max(n_threads, 1)));
     *out = std::move(c);
     return Status::ok();
+}
+
+void KvCache::store_row(const float *src, int64_t n, uint8_t *dst) const {
+    switch (type_) {
+        case KT_TYPE_F32: std::copy_n(src, n, reinterpret_cast<float *>(dst)); break;
+        case KT_TYPE_F16: vk_->f32_to_f16(src, reinterpret_cast<uint16_t *>(dst), n); break;
+        case KT_TYPE_BF16: vk_->f32_to_bf16(src, reinterpret_cast<uint16_t *>(dst), n); break;
+        default: ref::quantize_row(type_, src, dst, n); break;  // Q8_0
+    }
+}
+
+const float *KvCache::load_row(const uint8_t *src, int64_t n, float *buffer) const {
+    if (type_ == KT_TYPE_F32) return reinterpret_cast<const float *>(src);
+    ref::dequantize_row(type_, src, buffer, n);  // Q8_0: the only type read as rows besides F32
+    return buffer;
+}
+
+// A key into its tile: position pos is lane pos % 16 of tile pos / 16, dimension d at [tile][d][lane].
+void KvCache::store_key(const float *src, uint8_t *head, int64_t pos) {
+    if (!tiled()) {
+        store_row(src, dk_, head + pos * k_row_bytes_);
+        return;
+    }
+    // Convert the row once, then scatter its elements to their tile rows.
+    uint8_t converted[model::kMaxHeadDim * sizeof(float)];
+    store_row(src, dk_, converted);
+    uint8_t *tile = head + static_cast<size_t>((pos / cpu::kKeyTile) * dk_ * cpu::kKeyTile) * elem_bytes_;
+    const int64_t lane = pos % cpu::kKeyTile;
+    for (int64_t d = 0; d < dk_; ++d)
+        std::memcpy(tile + static_cast<size_t>(d * cpu::kKeyTile + lane) * elem_bytes_, converted + d * elem_bytes_,
+                    elem_bytes_);
 }
 
 void KvCache::attend(int64_t layer, int64_t pos0, int64_t T, const float *q, const float *k, const float *v,
@@ -74,31 +101,64 @@ void KvCache::attend(int64_t layer, int64_t pos0, int64_t T, const float *q, con
     const int64_t Hkv = hkv_, Dk = dk_, Dv = dv_;
     for (int64_t t = 0; t < T; ++t) {
         for (int64_t g = 0; g < Hkv; ++g) {
-            store_row(k + (t * Hkv + g) * Dk, Dk, k_row(layer, g, pos0 + t));
-            store_row(v + (t * Hkv + g) * Dv, Dv, v_row(layer, g, pos0 + t));
+            store_key(k + (t * Hkv + g) * Dk, k_head(layer, g), pos0 + t);
+            store_row(v + (t * Hkv + g) * Dv, Dv, v_head(layer, g) + (pos0 + t) * v_row_bytes_);
         }
     }
+    // 64-byte aligned per-thread scratch.
+    float *base = scratch_.data();
+    base += (16 - (reinterpret_cast<uintptr_t>(base) / sizeof(float)) % 16) % 16;
     const int64_t blocks = (T + kQueryBlock - 1) / kQueryBlock;
     Status s = pool.parallel_for(Hkv * blocks, 1, [&](int64_t begin, int64_t end, int thread) {
         for (int64_t task = begin; task < end; ++task) {
             const int64_t g = task / blocks, t0 = (task % blocks) * kQueryBlock;
-            attend_block(layer, g, pos0, t0, std::min(kQueryBlock, T - t0), q, out,
-                         scratch_.data() + thread * scratch_per_thread_);
+            float *scratch = base + thread * scratch_per_thread_;
+            if (tiled()) attend_tiled(layer, g, pos0, t0, std::min(kQueryBlock, T - t0), q, out, scratch, thread);
+            else attend_rows(layer, g, pos0, t0, std::min(kQueryBlock, T - t0), q, out, scratch);
         }
     });
     (void)s;  // the body cannot throw
 }
 
-// Queries t0 .. t0+tb-1 of the batch, all query heads of KV head g.
-void KvCache::attend_block(int64_t layer, int64_t g, int64_t pos0, int64_t t0, int64_t tb, const float *q,
-                           float *out, float *scratch) {
+void KvCache::attend_tiled(int64_t layer, int64_t g, int64_t pos0, int64_t t0, int64_t tb, const float *q, float *out,
+                           float *scratch, int thread) {
+    const int64_t H = n_head_, Dk = dk_, Dv = dv_, G = H / hkv_, R = tb * G;
+    // Gather the block's query rows (row tt·G + hh: query t0+tt, head g·G+hh) and their causal limits.
+    float *qb = scratch, *ob = qb + R * Dk, *ks = ob + R * Dv;
+    int32_t *visible = visible_.data() + thread * kQueryBlock * G;
+    for (int64_t tt = 0; tt < tb; ++tt)
+        for (int64_t hh = 0; hh < G; ++hh) {
+            std::copy_n(q + ((t0 + tt) * H + g * G + hh) * Dk, Dk, qb + (tt * G + hh) * Dk);
+            visible[tt * G + hh] = static_cast<int32_t>(pos0 + t0 + tt + 1);
+        }
+    cpu::AttentionArgs a;
+    a.elem = elem_;
+    a.k_tiles = k_head(layer, g);
+    a.v_rows = v_head(layer, g);
+    a.dk = Dk;
+    a.dv = Dv;
+    a.q = qb;
+    a.rows = R;
+    a.visible = visible;
+    a.scale = kq_scale_;
+    a.out = ob;
+    a.scratch = ks;
+    ak_->attend(a);
+    for (int64_t tt = 0; tt < tb; ++tt)
+        for (int64_t hh = 0; hh < G; ++hh)
+            std::copy_n(ob + (tt * G + hh) * Dv, Dv, out + ((t0 + tt) * H + g * G + hh) * Dv);
+}
+
+void KvCache::attend_rows(int64_t layer, int64_t g, int64_t pos0, int64_t t0, int64_t tb, const float *q, float *out,
+                          float *scratch) {
     const int64_t H = n_head_, Dk = dk_, Dv = dv_, G = H / hkv_;
     const int64_t n_kv = pos0 + t0 + tb;  // positions the block's last query sees
+    const uint8_t *keys = k_head(layer, g), *values = v_head(layer, g);
     float *row = scratch;
     // scores[(tt·G + hh)·n_kv + j] for query t0+tt, head g·G+hh, key position j.
     float *scores = scratch + std::max(Dk, Dv);
     for (int64_t j = 0; j < n_kv; ++j) {
-        const float *kr = load_row(k_row(layer, g, j), Dk, row);
+        const float *kr = load_row(keys + j * k_row_bytes_, Dk, row);
         for (int64_t tt = std::max<int64_t>(0, j - pos0 - t0); tt < tb; ++tt)  // causal: j <= pos0 + t0 + tt
             for (int64_t hh = 0; hh < G; ++hh) {
                 const float *qv = q + ((t0 + tt) * H + g * G + hh) * Dk;
@@ -118,11 +178,10 @@ void KvCache::attend_block(int64_t layer, int64_t g, int64_t pos0, int64_t t0, i
         }
     }
     for (int64_t j = 0; j < n_kv; ++j) {
-        const float *vr = load_row(v_row(layer, g, j), Dv, row);
+        const float *vr = load_row(values + j * v_row_bytes_, Dv, row);
         for (int64_t tt = std::max<int64_t>(0, j - pos0 - t0); tt < tb; ++tt)
-            for (int64_t hh = 0; hh < G; ++hh) {
+            for (int64_t hh = 0; hh < G; ++hh)
                 vk_->axpy(scores[(tt * G + hh) * n_kv + j], vr, out + ((t0 + tt) * H + g * G + hh) * Dv, Dv);
-            }
     }
 }
 

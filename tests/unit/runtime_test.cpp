@@ -8,6 +8,7 @@
 #include <numeric>
 #include <vector>
 
+#include "backends/cpu/cpu_features.h"
 #include "core/thread_pool.h"
 #include "ops/transformer_ops.h"
 #include "runtime/kv_cache.h"
@@ -48,12 +49,18 @@ std::vector<double> naive_attention(const std::vector<float> &q, const std::vect
 
 }  // namespace
 
-TEST_CASE("attention over the KV cache equals the definition, whatever the batching") {
+TEST_CASE("attention over the KV cache equals the definition, whatever the batching, on every ISA level") {
     struct Shape {
         int64_t H, Hkv, Dk, Dv, T;
     };
     auto pool = make_pool(3);
-    for (const Shape sh : {Shape{4, 2, 16, 16, 7}, Shape{8, 1, 32, 24, 40}, Shape{3, 3, 8, 8, 33}, Shape{6, 2, 64, 64, 17}}) {
+    const kt::cpu::IsaLevel cap = kt::cpu::max_isa_level();
+    for (kt::cpu::IsaLevel level : {kt::cpu::IsaLevel::kScalar, kt::cpu::IsaLevel::kAvx2, kt::cpu::IsaLevel::kAvx512}) {
+    if (level > kt::cpu::host_isa_level()) continue;
+    kt::cpu::set_max_isa_level(level);  // the cache picks its kernels at creation
+    INFO("ISA level " << kt::cpu::isa_level_name(level));
+    for (const Shape sh : {Shape{4, 2, 16, 16, 7}, Shape{8, 1, 32, 24, 40}, Shape{3, 3, 8, 8, 33}, Shape{6, 2, 64, 64, 17},
+                           Shape{4, 1, 80, 64, 21}}) {
         INFO("H " << sh.H << " Hkv " << sh.Hkv << " Dk " << sh.Dk << " Dv " << sh.Dv << " T " << sh.T);
         kt::model::HParams hp;
         hp.n_layer = 2;
@@ -95,6 +102,8 @@ TEST_CASE("attention over the KV cache equals the definition, whatever the batch
             }
         }
     }
+    }
+    kt::cpu::set_max_isa_level(cap);
 }
 
 TEST_CASE("RoPE rotates pairs by pos * base^(-2i/n), NORM adjacent and NEOX by halves") {

@@ -21,7 +21,7 @@ namespace {
 typedef float v16 __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
 constexpr int kLanes = 16;
-constexpr int kRowBlock = 4;  // query rows sharing each K tile load in Q·Kᵀ
+constexpr int kRowBlock = 8;  // query rows sharing each K tile load in Q·Kᵀ (8 accumulators + the tile row)
 
 inline v16 splat(float x) { return v16{} + x; }
 
@@ -78,15 +78,23 @@ inline v16 exp_nonpositive(v16 x) {
     return x < -87.3f ? v16{} : y;
 }
 
+// Horizontal max and sum by halving (shuffles), not lane by lane.
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v4 __attribute__((vector_size(16)));
+inline v4 fold_max(v16 v) {
+    const v8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), b = __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+    const v8 m8 = a > b ? a : b;
+    const v4 c = __builtin_shufflevector(m8, m8, 0, 1, 2, 3), d = __builtin_shufflevector(m8, m8, 4, 5, 6, 7);
+    return c > d ? c : d;
+}
 inline float hmax(v16 v) {
-    float m = v[0];
-    for (int i = 1; i < kLanes; ++i) m = std::max(m, v[i]);
-    return m;
+    const v4 m = fold_max(v);
+    return std::max(std::max(m[0], m[1]), std::max(m[2], m[3]));
 }
 inline float hsum(v16 v) {
-    float s = 0.0f;
-    for (int i = 0; i < kLanes; ++i) s += v[i];
-    return s;
+    const v8 s8 = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+    const v4 s4 = __builtin_shufflevector(s8, s8, 0, 1, 2, 3) + __builtin_shufflevector(s8, s8, 4, 5, 6, 7);
+    return (s4[0] + s4[2]) + (s4[1] + s4[3]);
 }
 
 inline void attend(const AttentionArgs &a) {

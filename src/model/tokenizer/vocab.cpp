@@ -214,7 +214,7 @@ Status Vocab::read_tokens(const gguf::File &file) {
 
     // Texts into one buffer. An empty token becomes "[EMPTY_<id>]", as in llama.cpp, so every id has a piece.
     uint64_t total = 0;
-    for (std::string_view s : tokens->strings) total += s.empty() ? 32 : s.size();
+    for (std::string_view s : tokens->strings) total += (s.empty() ? 32 : s.size()) + 1;
     if (total > std::numeric_limits<uint32_t>::max()) return invalid(file, "%s: token texts exceed 4 GiB", kTokensKey);
     texts_.reserve(total);
     offsets_.reserve(n + 1);
@@ -223,6 +223,7 @@ Status Vocab::read_tokens(const gguf::File &file) {
         const std::string_view s = tokens->strings[i];
         if (s.empty()) texts_ += "[EMPTY_" + std::to_string(i) + "]";
         else texts_.append(s);
+        texts_.push_back('\0');
         offsets_.push_back(static_cast<uint32_t>(texts_.size()));
     }
 

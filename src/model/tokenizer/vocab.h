@@ -88,9 +88,10 @@ public:
     bool valid(int32_t id) const { return id >= 0 && id < size(); }
 
     std::string_view text(int32_t id) const {
-        return std::string_view(texts_).substr(offsets_[static_cast<size_t>(id)],
-                                               offsets_[static_cast<size_t>(id) + 1] - offsets_[static_cast<size_t>(id)]);
+        const size_t i = static_cast<size_t>(id);
+        return std::string_view(texts_.data() + offsets_[i], offsets_[i + 1] - offsets_[i] - 1);
     }
+    const char *text_c_str(int32_t id) const { return texts_.data() + offsets_[static_cast<size_t>(id)]; }
     uint8_t attr(int32_t id) const { return attrs_[static_cast<size_t>(id)]; }
     // The token's type as the tokenizer treats it: control > user-defined > unknown > byte > unused > normal.
     TokenType type(int32_t id) const;
@@ -142,8 +143,8 @@ private:
     ModelKind model_ = ModelKind::kBpe;
     PreTokenizer pre_ = PreTokenizer::kDefault;
     std::string pre_name_;
-    std::string texts_;              // all token texts, back to back
-    std::vector<uint32_t> offsets_;  // [size + 1]: token i is texts_[offsets_[i], offsets_[i + 1])
+    std::string texts_;              // all token texts, back to back, each followed by a NUL
+    std::vector<uint32_t> offsets_;  // [size + 1]: token i is texts_[offsets_[i], offsets_[i + 1] - 1)
     std::vector<uint8_t> attrs_;     // TokenAttr bits
     std::vector<float> scores_;      // empty when the file has none (all 0)
     std::vector<int16_t> byte_values_;

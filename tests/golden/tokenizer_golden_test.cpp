@@ -13,6 +13,7 @@
 #include "mem/mapped_file.h"
 #include "model/gguf/gguf.h"
 #include "model/tokenizer/tokenizer.h"
+#include "model/tokenizer/unicode.h"
 #include "support/test_support.h"
 
 namespace {
@@ -69,6 +70,22 @@ void check_vocabulary(const std::string &name) {
         const std::vector<int32_t> body(expected.begin() + (add_bos ? 1 : 0), expected.end());
         std::string detok;
         REQUIRE(tok.detokenize(body.data(), body.size(), false, true, &detok).is_ok());
+        // Streaming gives the same bytes, in chunks that never end inside a character.
+        kt::tokenizer::DetokenizeStream stream(tok, true);
+        std::string streamed, pieces;
+        for (size_t i = 0; i < body.size(); ++i) {
+            std::string chunk;
+            REQUIRE(stream.push(body[i], &chunk).is_ok());
+            CHECK(kt::tokenizer::unicode::complete_prefix_length(chunk) == chunk.size());
+            streamed += chunk;
+            std::string_view piece;
+            REQUIRE(tok.token_to_piece(body[i], true, i == 0 && tok.vocab().add_space_prefix(), &piece).is_ok());
+            pieces += piece;
+        }
+        stream.flush(&streamed);
+        CHECK(streamed == pieces);
+        if (!tok.vocab().clean_spaces()) CHECK(streamed == detok);
+
         if (entry.find("roundtrip")->as_bool()) {
             ++roundtrip_required;
             CHECK(detok == text);

@@ -270,6 +270,9 @@ Tokenizer::Tokenizer(std::unique_ptr<Vocab> vocab) : vocab_(std::move(vocab)) {
                                             : static_cast<size_t>(static_cast<uint8_t>(t[0])) << 8 | static_cast<uint8_t>(t[1]);
         special_by_prefix_[bucket].push_back(static_cast<int32_t>(i));
     }
+    special_prefix_bits_.assign(special_by_prefix_.size() / 64, 0);
+    for (size_t b = 0; b < special_by_prefix_.size(); ++b)
+        if (!special_by_prefix_[b].empty()) special_prefix_bits_[b / 64] |= 1ull << (b % 64);
 }
 
 void Tokenizer::build_pieces() {
@@ -331,6 +334,7 @@ Status Tokenizer::tokenize(std::string_view text, bool add_special, bool parse_s
         for (int pass = 0; pass < 2; ++pass) {
             if (pass == 0 && at + 1 >= text.size()) continue;
             const size_t bucket = pass == 0 ? static_cast<size_t>(b0) << 8 | static_cast<uint8_t>(text[at + 1]) : 65536 + b0;
+            if (!(special_prefix_bits_[bucket / 64] >> (bucket % 64) & 1)) continue;
             for (int32_t i : special_by_prefix_[bucket]) {
                 if (present[static_cast<size_t>(i)]) continue;
                 const std::string_view t = v.text(specials[static_cast<size_t>(i)]);

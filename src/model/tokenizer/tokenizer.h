@@ -54,6 +54,7 @@ private:
     // Special tokens grouped by their first two bytes (one-byte tokens by their byte), so a text is scanned once
     // for the ones it contains instead of once per special token (DeepSeek-V3 has 800).
     std::vector<std::vector<int32_t>> special_by_prefix_;  // [65536 + 256], indices into vocab.special_tokens()
+    std::vector<uint64_t> special_prefix_bits_;            // which buckets are non-empty: the scan's fast path
 };
 
 // Incremental detokenization for streaming output: push one token at a time and get the text that is complete so

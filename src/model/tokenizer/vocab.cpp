@@ -250,8 +250,7 @@ Status Vocab::read_tokens(const gguf::File &file) {
         return s;
     }
 
-    by_text_.reserve(n);
-    for (int32_t id = 0; id < size(); ++id) by_text_[text(id)] = id;  // the last of repeated texts wins
+    by_text_.build(size(), [this](int32_t id) { return text(id); });  // the last of repeated texts wins
 
     byte_values_.assign(n, -1);
     for (uint64_t i = 0; i < n; ++i) {
@@ -331,7 +330,7 @@ Status Vocab::read_merges(const gguf::File &file) {
         return it->second;
     };
 
-    merges_.by_pair.reserve(merges->count);
+    merges_.by_pair.reserve(static_cast<size_t>(merges->count));
     std::string joined;
     for (uint64_t i = 0; i < merges->count; ++i) {
         const std::string_view m = merges->strings[i];
@@ -343,7 +342,7 @@ Status Vocab::read_merges(const gguf::File &file) {
         const std::string_view left = m.substr(0, space), right = m.substr(space + 1);
         joined.assign(left).append(right);
         const int32_t l = symbol(left), r = symbol(right), result = symbol(joined);
-        merges_.by_pair.emplace(BpeMerges::key(l, r), BpeMerges::Merge{static_cast<int32_t>(i), result});  // first wins
+        merges_.by_pair.insert(BpeMerges::key(l, r), BpeMerges::Merge{static_cast<int32_t>(i), result});  // first wins
     }
 
     for (int b = 0; b < 256; ++b) {

@@ -18,6 +18,7 @@
 
 #include "core/status.h"
 #include "model/gguf/gguf.h"
+#include "model/tokenizer/flat_hash.h"
 
 namespace kt::tokenizer {
 
@@ -59,7 +60,7 @@ struct BpeMerges {
         int32_t rank;
         int32_t result;  // symbol id of LEFT+RIGHT
     };
-    std::unordered_map<uint64_t, Merge> by_pair;  // key: left symbol id << 32 | right symbol id
+    U64Map<Merge> by_pair;                         // key: left symbol id << 32 | right symbol id
     std::array<int32_t, 256> byte_symbol{};        // symbol id of each byte's mapped character (-1: none)
     // What llama.cpp emits for a final symbol that is not a token: each byte of the symbol's mapped text looked
     // up as a one-byte token (bytes that are no token are dropped). Indexed by the raw byte.
@@ -69,10 +70,7 @@ struct BpeMerges {
     static uint64_t key(int32_t left, int32_t right) {
         return static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32 | static_cast<uint32_t>(right);
     }
-    const Merge *find(int32_t left, int32_t right) const {
-        auto it = by_pair.find(key(left, right));
-        return it == by_pair.end() ? nullptr : &it->second;
-    }
+    const Merge *find(int32_t left, int32_t right) const { return by_pair.find(key(left, right)); }
 };
 
 class Vocab {
@@ -98,8 +96,7 @@ public:
     float score(int32_t id) const { return scores_.empty() ? 0.0f : scores_[static_cast<size_t>(id)]; }
     // The id whose text is `text` (the last one when texts repeat, as in llama.cpp), or kNoToken.
     int32_t find(std::string_view text) const {
-        auto it = by_text_.find(text);
-        return it == by_text_.end() ? kNoToken : it->second;
+        return by_text_.find(text, [this](int32_t id) { return this->text(id); });
     }
     // Tokens matched whole before pre-tokenization: CONTROL, USER_DEFINED and UNKNOWN, longest text first.
     const std::vector<int32_t> &special_tokens() const { return special_tokens_; }
@@ -149,7 +146,7 @@ private:
     std::vector<float> scores_;      // empty when the file has none (all 0)
     std::vector<int16_t> byte_values_;
     std::array<int32_t, 256> byte_tokens_{};
-    std::unordered_map<std::string_view, int32_t> by_text_;
+    TextIdMap by_text_;
     std::vector<int32_t> special_tokens_;
     std::vector<int32_t> eog_;
 

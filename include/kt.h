@@ -358,6 +358,44 @@ KT_API kt_status kt_detokenizer_flush(kt_detokenizer *detokenizer, char *buf, in
 /* The message of the last failed call on this detokenizer ("" if none). */
 KT_API const char *kt_detokenizer_last_error(const kt_detokenizer *detokenizer);
 
+
+/* ---- chat templates ---- */
+
+/* One turn of a conversation: role ("system", "user", "assistant", "tool" ...) and content, NUL-terminated UTF-8. */
+typedef struct kt_chat_message {
+    const char *role;
+    const char *content;
+} kt_chat_message;
+
+typedef struct kt_chat_params {
+    uint32_t struct_size;            /* sizeof(kt_chat_params) */
+    int32_t add_generation_prompt;   /* default 1: end with the header that starts the assistant's reply */
+    const char *template_name;       /* default NULL: the model's tokenizer.chat_template. Otherwise a built-in
+                                        family ("chatml", "llama3", "deepseek3", "mistral") or the name of a
+                                        template the model carries (tokenizer.chat_template.<name>) */
+    const char *template_source;     /* default NULL; a Jinja template that overrides the two above */
+    const char *extra_context_json;  /* default NULL; a JSON object of further template variables, e.g.
+                                        {"enable_thinking": false} for Qwen3 or {"tools": [...]} */
+} kt_chat_params;
+
+/* Fills *params with struct_size and the defaults above. */
+KT_API void kt_chat_params_init(kt_chat_params *params);
+
+/* Renders messages[0, n_messages) into the prompt text the model expects. The template runs in kt's interpreter
+ * for the Jinja subset chat templates use (as Hugging Face's apply_chat_template would render it); kt never
+ * guesses: a template using Jinja that kt does not implement gives KT_STATUS_UNSUPPORTED (the message names the
+ * construct and line), no template at all (none in the model, none named or given) KT_STATUS_NOT_FOUND, and a
+ * conversation the template rejects (its raise_exception, e.g. roles that must alternate) or malformed
+ * extra_context_json KT_STATUS_INVALID_ARGUMENT. Variables: messages, add_generation_prompt, bos_token,
+ * eos_token, plus extra_context_json's (which may not redefine those four).
+ * When the vocabulary adds BOS itself, a BOS at the start of the text is removed, so tokenize the result with
+ * add_special = 1 and parse_special = 1 to get the model's prompt. Writes *out_length bytes plus a NUL
+ * (capacity >= *out_length + 1), else KT_STATUS_BUFFER_TOO_SMALL with *out_length set (each call renders anew).
+ * `params` may be NULL for defaults. */
+KT_API kt_status kt_chat_apply_template(const kt_model *model, const kt_chat_message *messages, int64_t n_messages,
+                                        const kt_chat_params *params, char *buf, int64_t capacity,
+                                        int64_t *out_length);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

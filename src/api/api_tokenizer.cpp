@@ -1,10 +1,11 @@
-// kt_vocab_*, kt_token_*, kt_tokenize, kt_detokenize, kt_detokenizer_*: the tokenizer behind the C ABI.
+// kt_vocab_*, kt_token_*, kt_tokenize, kt_detokenize, kt_detokenizer_*, kt_chat_*: the tokenizer behind the C ABI.
 #include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "api/api_internal.h"
+#include "model/tokenizer/chat_template.h"
 
 using kt::Status;
 using kt::api::guard;
@@ -218,6 +219,46 @@ KT_API kt_status kt_detokenizer_flush(kt_detokenizer *detokenizer, char *buf, in
 KT_API const char *kt_detokenizer_last_error(const kt_detokenizer *detokenizer) {
     if (!detokenizer) return "detokenizer is NULL";
     return detokenizer->error.get();
+}
+
+KT_API void kt_chat_params_init(kt_chat_params *params) {
+    if (!params) return;
+    std::memset(params, 0, sizeof *params);
+    params->struct_size = sizeof *params;
+    params->add_generation_prompt = 1;
+}
+
+KT_API kt_status kt_chat_apply_template(const kt_model *model, const kt_chat_message *messages, int64_t n_messages,
+                                        const kt_chat_params *params, char *buf, int64_t capacity,
+                                        int64_t *out_length) {
+    return guard_on(model, [&]() -> Status {
+        const Tokenizer *tok;
+        KT_TRY(tokenizer_of(model, &tok));
+        KT_TRY(require(n_messages >= 0, "kt_chat_apply_template: n_messages is negative"));
+        KT_TRY(require(messages != nullptr || n_messages == 0, "kt_chat_apply_template: messages is NULL"));
+        kt_chat_params p;
+        kt_chat_params_init(&p);
+        if (params) {
+            KT_RETURN_IF(params->struct_size < sizeof(kt_chat_params), KT_STATUS_INVALID_ARGUMENT,
+                         "kt_chat_apply_template: params->struct_size %u is too small (use kt_chat_params_init)",
+                         params->struct_size);
+            p = *params;
+        }
+        kt::tokenizer::ChatOptions options;
+        options.add_generation_prompt = p.add_generation_prompt != 0;
+        if (p.template_name) options.template_name = p.template_name;
+        if (p.template_source) options.template_source = p.template_source;
+        if (p.extra_context_json) options.extra_context_json = p.extra_context_json;
+        std::vector<kt::tokenizer::ChatMessage> list;
+        for (int64_t i = 0; i < n_messages; ++i) {
+            KT_RETURN_IF(!messages[i].role || !messages[i].content, KT_STATUS_INVALID_ARGUMENT,
+                         "kt_chat_apply_template: messages[%lld] has a NULL role or content", static_cast<long long>(i));
+            list.push_back({messages[i].role, messages[i].content});
+        }
+        std::string text;
+        KT_TRY(kt::tokenizer::render_chat(tok->vocab(), list, options, &text));
+        return put_text(text, buf, capacity, out_length, "kt_chat_apply_template");
+    });
 }
 
 }  // extern "C"

@@ -261,3 +261,50 @@ TEST_CASE("threads sharing a model build its tokenizer once and agree") {
     REQUIRE(!results[0].empty());
     for (const auto &r : results) CHECK(r == results[0]);
 }
+
+TEST_CASE("kt_chat_apply_template renders, negotiates size and reports template errors") {
+    Model q("qwen3");
+    const kt_chat_message messages[] = {{"system", "Be brief."}, {"user", "Hi"}};
+    const std::string expected =
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n";
+    int64_t len = -1;
+    CHECK(kt_chat_apply_template(q.m, messages, 2, nullptr, nullptr, 0, &len) == KT_STATUS_BUFFER_TOO_SMALL);
+    CHECK(len == static_cast<int64_t>(expected.size()));
+    std::vector<char> buf(static_cast<size_t>(len) + 1);
+    REQUIRE(kt_chat_apply_template(q.m, messages, 2, nullptr, buf.data(), len + 1, &len) == KT_STATUS_OK);
+    CHECK(std::string(buf.data()) == expected);
+
+    kt_chat_params params;
+    kt_chat_params_init(&params);
+    CHECK(params.add_generation_prompt == 1);
+    params.extra_context_json = "{\"enable_thinking\": false}";
+    char big[512];
+    REQUIRE(kt_chat_apply_template(q.m, messages, 2, &params, big, sizeof big, &len) == KT_STATUS_OK);
+    CHECK(std::string(big) == expected + "<think>\n\n</think>\n\n");
+
+    kt_chat_params_init(&params);
+    params.template_source = "{% for m in messages %}[{{ m.role }}]{% endfor %}{% if add_generation_prompt %}>{% endif %}";
+    params.add_generation_prompt = 0;
+    REQUIRE(kt_chat_apply_template(q.m, messages, 2, &params, big, sizeof big, &len) == KT_STATUS_OK);
+    CHECK(std::string(big) == "[system][user]");
+
+    kt_chat_params_init(&params);
+    params.template_source = "{% macro m() %}{% endmacro %}";
+    CHECK(kt_chat_apply_template(q.m, messages, 2, &params, big, sizeof big, &len) == KT_STATUS_UNSUPPORTED);
+    CHECK(std::string(kt_model_last_error(q.m)).find("macro") != std::string::npos);
+
+    Model s("llama2-spm");  // no chat template in the file
+    CHECK(kt_chat_apply_template(s.m, messages, 2, nullptr, big, sizeof big, &len) == KT_STATUS_NOT_FOUND);
+    kt_chat_params_init(&params);
+    params.template_name = "mistral";
+    const kt_chat_message turns[] = {{"user", "Hi"}, {"assistant", "Yo"}, {"user", "Again"}};
+    REQUIRE(kt_chat_apply_template(s.m, turns, 3, &params, big, sizeof big, &len) == KT_STATUS_OK);
+    CHECK(std::string(big) == "[INST] Hi [/INST]Yo</s>[INST] Again [/INST]");
+    CHECK(kt_chat_apply_template(s.m, messages, 2, &params, big, sizeof big, &len) == KT_STATUS_INVALID_ARGUMENT);
+
+    const kt_chat_message broken[] = {{"user", nullptr}};
+    CHECK(kt_chat_apply_template(q.m, broken, 1, nullptr, big, sizeof big, &len) == KT_STATUS_INVALID_ARGUMENT);
+    CHECK(kt_chat_apply_template(q.m, nullptr, 1, nullptr, big, sizeof big, &len) == KT_STATUS_INVALID_ARGUMENT);
+    params.struct_size = 4;
+    CHECK(kt_chat_apply_template(q.m, messages, 2, &params, big, sizeof big, &len) == KT_STATUS_INVALID_ARGUMENT);
+}

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -100,7 +101,35 @@ void check_vocabulary(const std::string &name) {
                 name.c_str(), ids_ok, roundtrip_ok, roundtrip_required, detok_extra_ok, detok_extra, g.load_ms);
 }
 
+// Random mixed-script text (valid UTF-8 from a pool of ASCII, accented Latin, Cyrillic, Arabic, Devanagari, CJK,
+// kana, Hangul, combining marks, emoji and whitespace): every id lies in the vocabulary and, where the vocabulary
+// does not clean up spaces, detokenizing gives the text back.
+void check_random_roundtrip(const std::string &name) {
+    const Golden g = load(name);
+    const kt::tokenizer::Tokenizer &tok = *g.tokenizer;
+    const uint32_t pool[] = {'a', 'Z', 'q', '0', '7', ' ', ' ', ' ', '\n', '\t', '.', ',', '\'', '"', '!', '?', '-', '_', '(', '{',
+                             '~', '$', 0xE9, 0xF1, 0xDF, 0x0430, 0x044F, 0x0627, 0x0644, 0x0928, 0x093F, 0x4E00, 0x5B57,
+                             0x3002, 0x3042, 0x30AB, 0xAC00, 0xD55C, 0x0301, 0x200D, 0x1F600, 0x1F999, 0xFF11, 0x00A0, 0x3000};
+    std::mt19937 rng(1234);
+    for (int iter = 0; iter < 300; ++iter) {
+        std::string text;
+        const int n = static_cast<int>(rng() % 40);
+        for (int i = 0; i < n; ++i) kt::tokenizer::unicode::append_utf8(&text, pool[rng() % (sizeof pool / sizeof pool[0])]);
+        std::vector<int32_t> ids;
+        REQUIRE(tok.tokenize(text, false, true, &ids).is_ok());
+        for (int32_t id : ids) REQUIRE(tok.vocab().valid(id));
+        std::string back;
+        REQUIRE(tok.detokenize(ids.data(), ids.size(), false, true, &back).is_ok());
+        INFO(name << ": " << text);
+        if (!tok.vocab().clean_spaces()) CHECK(back == text);
+    }
+}
+
 }  // namespace
+
+TEST_CASE("golden tokenizer: random mixed-script text round-trips") {
+    for (const char *name : {"qwen3", "llama3", "deepseek-v3", "llama2-spm", "mistral-spm"}) check_random_roundtrip(name);
+}
 
 TEST_CASE("golden tokenizer: qwen3 (BPE, qwen2 pre-tokenizer)") { check_vocabulary("qwen3"); }
 TEST_CASE("golden tokenizer: llama3 (BPE, llama-bpe pre-tokenizer)") { check_vocabulary("llama3"); }

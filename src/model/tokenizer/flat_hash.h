@@ -74,8 +74,16 @@ public:
 
     template <typename TextOf>
     int32_t find(std::string_view t, const TextOf &text_of) const {
+        return find_hashed(t, hash_bytes(t), text_of);
+    }
+
+    // For batched lookups: hash first, prefetch the slot, look up later (hides the cache miss of a large table).
+    void prefetch(uint64_t h) const {
+        if (!slots_.empty()) __builtin_prefetch(&slots_[h & mask_]);
+    }
+    template <typename TextOf>
+    int32_t find_hashed(std::string_view t, uint64_t h, const TextOf &text_of) const {
         if (slots_.empty()) return -1;
-        const uint64_t h = hash_bytes(t);
         for (size_t i = h & mask_;; i = (i + 1) & mask_) {
             const Slot &s = slots_[i];
             if (s.id < 0) return -1;

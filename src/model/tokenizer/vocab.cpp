@@ -322,27 +322,51 @@ Status Vocab::read_merges(const gguf::File &file) {
 
     // Symbol ids: token ids for token texts, ids past the vocabulary for other strings met in merges.
     std::unordered_map<std::string, int32_t> extra;
-    const auto symbol = [&](std::string_view text) -> int32_t {
-        const int32_t id = find(text);
+    const auto symbol = [&](std::string_view text, uint64_t hash) -> int32_t {
+        const int32_t id = find_hashed(text, hash);
         if (id != kNoToken) return id;
         auto [it, inserted] = extra.emplace(std::string(text), size() + static_cast<int32_t>(extra.size()));
         if (inserted) merges_.extra_symbols.push_back(it->first);
         return it->second;
     };
 
+    // Three lookups per merge in a table of megabytes are cache misses; doing them in batches, with the slots
+    // prefetched while the next strings are hashed, cuts the load time of a 280k-merge vocabulary severalfold.
+    constexpr size_t kBatch = 32;
+    struct Pending {
+        std::string_view left, right;
+        std::string joined;
+        uint64_t h_left, h_right, h_joined;
+    };
+    std::vector<Pending> batch(kBatch);
     merges_.by_pair.reserve(static_cast<size_t>(merges->count));
-    std::string joined;
-    for (uint64_t i = 0; i < merges->count; ++i) {
-        const std::string_view m = merges->strings[i];
-        // "LEFT RIGHT": split at the first space after the first byte (a left side may itself be a space).
-        const size_t space = m.size() > 1 ? m.find(' ', 1) : std::string_view::npos;
-        if (space == std::string_view::npos || space + 1 >= m.size())
-            return invalid(file, "%s[%llu] = '%s' is not a 'LEFT RIGHT' pair", kMergesKey,
-                           static_cast<unsigned long long>(i), std::string(m.substr(0, 64)).c_str());
-        const std::string_view left = m.substr(0, space), right = m.substr(space + 1);
-        joined.assign(left).append(right);
-        const int32_t l = symbol(left), r = symbol(right), result = symbol(joined);
-        merges_.by_pair.insert(BpeMerges::key(l, r), BpeMerges::Merge{static_cast<int32_t>(i), result});  // first wins
+    for (uint64_t first = 0; first < merges->count; first += kBatch) {
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(kBatch, merges->count - first));
+        for (size_t k = 0; k < n; ++k) {
+            const uint64_t i = first + k;
+            const std::string_view m = merges->strings[i];
+            // "LEFT RIGHT": split at the first space after the first byte (a left side may itself be a space).
+            const size_t space = m.size() > 1 ? m.find(' ', 1) : std::string_view::npos;
+            if (space == std::string_view::npos || space + 1 >= m.size())
+                return invalid(file, "%s[%llu] = '%s' is not a 'LEFT RIGHT' pair", kMergesKey,
+                               static_cast<unsigned long long>(i), std::string(m.substr(0, 64)).c_str());
+            Pending &p = batch[k];
+            p.left = m.substr(0, space);
+            p.right = m.substr(space + 1);
+            p.joined.assign(p.left).append(p.right);
+            p.h_left = hash_bytes(p.left);
+            p.h_right = hash_bytes(p.right);
+            p.h_joined = hash_bytes(p.joined);
+            by_text_.prefetch(p.h_left);
+            by_text_.prefetch(p.h_right);
+            by_text_.prefetch(p.h_joined);
+        }
+        for (size_t k = 0; k < n; ++k) {
+            const Pending &p = batch[k];
+            const int32_t l = symbol(p.left, p.h_left), r = symbol(p.right, p.h_right), result = symbol(p.joined, p.h_joined);
+            // The first of repeated pairs wins, as in llama.cpp.
+            merges_.by_pair.insert(BpeMerges::key(l, r), BpeMerges::Merge{static_cast<int32_t>(first + k), result});
+        }
     }
 
     for (int b = 0; b < 256; ++b) {

@@ -98,6 +98,9 @@ public:
     int32_t find(std::string_view text) const {
         return by_text_.find(text, [this](int32_t id) { return this->text(id); });
     }
+    int32_t find_hashed(std::string_view text, uint64_t hash) const {
+        return by_text_.find_hashed(text, hash, [this](int32_t id) { return this->text(id); });
+    }
     // Tokens matched whole before pre-tokenization: CONTROL, USER_DEFINED and UNKNOWN, longest text first.
     const std::vector<int32_t> &special_tokens() const { return special_tokens_; }
     // The byte value of a BYTE token ("<0x41>" -> 0x41), or -1.

@@ -45,7 +45,7 @@ Status put_text(std::string_view bytes, char *buf, int64_t capacity, int64_t *ou
                  "%s: %zu bytes (plus a NUL) do not fit in a buffer of %lld", what, bytes.size(),
                  static_cast<long long>(capacity));
     KT_TRY(require(buf != nullptr, "buf is NULL"));
-    std::memcpy(buf, bytes.data(), bytes.size());
+    if (!bytes.empty()) std::memcpy(buf, bytes.data(), bytes.size());  // an empty view may have a null data()
     buf[bytes.size()] = '\0';
     return Status::ok();
 }

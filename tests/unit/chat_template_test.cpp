@@ -48,6 +48,7 @@ TEST_CASE("jinja: whitespace control, trim_blocks and lstrip_blocks") {
     CHECK(render_ok("{# comment #}\nz") == "z");
     CHECK(render_ok("x  {%+ if true %}y{% endif %}") == "x  y");
     CHECK(render_ok("{{ 'a' }}\n{{ 'b' }}") == "a\nb");  // trim_blocks leaves {{ }} alone
+    CHECK(render_ok("{% if true %}\n  {% if true %}\n    z\n  {% endif %}\n{% endif %}\n") == "    z\n");
 }
 
 TEST_CASE("jinja: expressions, output and operators") {

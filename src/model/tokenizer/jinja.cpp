@@ -426,9 +426,10 @@ std::vector<Piece> scan(const Source &src) {
         if (modifier == '-') {
             while (!text.empty() && is_space(text.back())) text.pop_back();
         } else if (kind != '{' && modifier != '+') {
-            // lstrip_blocks: spaces and tabs between the start of the line and a block tag go.
+            // lstrip_blocks: spaces and tabs between the start of the line and a block tag go. The line may have
+            // started before this text (at the template's start, or right after a newline trim_blocks removed).
             const size_t nl = text.rfind('\n');
-            if (nl != std::string::npos || i == 0) {
+            if (nl != std::string::npos || i == 0 || s[i - 1] == '\n') {
                 const size_t line_start = nl == std::string::npos ? 0 : nl + 1;
                 if (text.find_first_not_of(" \t", line_start) == std::string::npos) text.erase(line_start);
             }

@@ -146,15 +146,16 @@ Status Vocab::load(const gguf::File &file, std::unique_ptr<Vocab> *out) {
                      [&](int32_t a, int32_t b) { return v->text(a).size() > v->text(b).size(); });
 
     // Chat templates: the default and the named variants.
+    const std::string_view template_key = kTemplateKey;
     for (const gguf::KeyValue &kv : file.metadata()) {
-        if (kv.key.substr(0, std::strlen(kTemplateKey)) != kTemplateKey) continue;
+        const bool is_default = kv.key == template_key;
+        const bool is_named = kv.key.size() > template_key.size() + 1 && kv.key.substr(0, template_key.size()) == template_key &&
+                              kv.key[template_key.size()] == '.';
+        if (!is_default && !is_named) continue;
         if (kv.type != gguf::ValueType::kString)
             return invalid(file, "%s must be STRING, found %s", std::string(kv.key).c_str(), gguf::value_type_name(kv.type));
-        if (kv.key == kTemplateKey) {
-            v->chat_template_ = std::string(kv.strings[0]);
-        } else if (kv.key.size() > std::strlen(kTemplateKey) + 1 && kv.key[std::strlen(kTemplateKey)] == '.') {
-            v->named_templates_[std::string(kv.key.substr(std::strlen(kTemplateKey) + 1))] = std::string(kv.strings[0]);
-        }
+        if (is_default) v->chat_template_ = std::string(kv.strings[0]);
+        else v->named_templates_[std::string(kv.key.substr(template_key.size() + 1))] = std::string(kv.strings[0]);
     }
     *out = std::move(v);
     return Status::ok();

@@ -84,6 +84,13 @@ typedef struct kt_error {
 } kt_error;
 
 /* ------------------------------------------------------------------------------------------------------------ */
+/* Backends                                                                                                      */
+
+/* Number of CUDA devices this process can use (0 when there is no driver or no GPU: a normal situation).
+ * KT_STATUS_UNSUPPORTED when libkt was built without CUDA. */
+KT_API kt_status kt_cuda_device_count(int32_t *out_count);
+
+/* ------------------------------------------------------------------------------------------------------------ */
 /* Logging. kt prints nothing unless a callback is installed.                                                    */
 
 #define KT_LOG_ERROR 0

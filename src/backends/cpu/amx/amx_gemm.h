@@ -145,8 +145,8 @@ struct PackedBDesc {
 // consecutive bf16 of K), i.e. the 32-bit words of W transposed. An AVX-512 kernel reads the same layout: one
 // 64-byte row is one zmm operand of vpdpbusd / vdpbf16ps against a broadcast 32-bit word of A.
 
-// Size in bytes of the packed buffer; INVALID_ARGUMENT for a bad descriptor (n, k < 1, a bad group, K % G != 0
-// for INT4, sizes that overflow).
+// Size in bytes of the packed buffer; INVALID_ARGUMENT for a bad descriptor (n or k outside 1..2^24, a bad group,
+// K % G != 0 for INT4).
 Status packed_b_size(const PackedBDesc &desc, size_t *bytes);
 
 // Pack W (w [n][ldw], ldw >= k) into dst (dst_bytes >= packed_b_size, 64-byte aligned). INVALID_ARGUMENT for

@@ -104,7 +104,9 @@ TEST_CASE("amx gemm: bad arguments get a status, never a crash", "[amx]") {
     CHECK(s32(8, 0, 40, nullptr, 64, c.data(), 40) == KT_STATUS_INVALID_ARGUMENT);
     CHECK(s32(8, 0, 40, a.data(), 64, nullptr, 40) == KT_STATUS_INVALID_ARGUMENT);
     CHECK(s32(8, 0, 40, a.data(), 63, c.data(), 40) == KT_STATUS_INVALID_ARGUMENT);   // lda < k
-    CHECK(s32(8, 0, 40, a.data(), 64, c.data(), 39) == KT_STATUS_INVALID_ARGUMENT);   // ldc < n_end
+    CHECK(s32(8, 0, 40, a.data(), 64, c.data(), 39) == KT_STATUS_INVALID_ARGUMENT);   // ldc < 40 columns
+    CHECK(s32(8, 32, 40, a.data(), 64, c.data(), 8) == KT_STATUS_OK);                 // c starts at column 32
+    CHECK(s32(8, 32, 40, a.data(), 64, c.data(), 7) == KT_STATUS_INVALID_ARGUMENT);
     CHECK(gemm_s8_f32(nullptr, p.b, 8, 0, 40, a.data(), 64, nullptr, cf.data(), 40).code() ==
           KT_STATUS_INVALID_ARGUMENT);  // a_scale
     CHECK(gemm_bf16_f32(nullptr, p.b, 8, 0, 40, reinterpret_cast<const uint16_t *>(a.data()), 32, cf.data(), 40)

@@ -38,13 +38,13 @@
 // Shapes and tails
 // ---------------------------------------------------------------------------------------------------------------
 //   M: any M >= 1. Blocks of 32 rows; a tail block uses partial tiles (no padding of A or C is required; nothing
-//      outside A[0..M)[0..K) and C[0..M)[n_begin..n_end) is read or written).
+//      outside A[0..M)[0..K) and the M x (n_end - n_begin) block of C is read or written).
 //   N: any N >= 1 at packing (padded with zero weights to a multiple of kNPanel = 32). A GEMM call computes the
 //      columns [n_begin, n_end) with n_begin % 32 == 0 and (n_end % 32 == 0 or n_end == N): threads split N by
 //      panels.
 //   K: INT8 and BF16: any K >= 1 (the last partial K step is staged through a zero-filled buffer in the kernel).
 //      INT4: K % G == 0.
-//   Strides lda, ldc are in elements (lda >= K, ldc >= n_end); any alignment of A and C is fine.
+//   Strides lda, ldc are in elements (lda >= K, ldc >= n_end - n_begin); any alignment of A and C is fine.
 //
 // ---------------------------------------------------------------------------------------------------------------
 // Blocking (why)
@@ -189,23 +189,26 @@ private:
 
 // ---- GEMM ----------------------------------------------------------------------------------------------------
 //
-// C[m][n] for 0 <= m < M, n_begin <= n < n_end (see Numerics), with c the base of the full C (row 0, column 0).
+// C[m][n] for 0 <= m < M, n_begin <= n < n_end (see Numerics), written at c[m * ldc + (n - n_begin)]: c points at
+// the first computed column, as in the expert pool's other kernels (a thread can own a column slice of C).
 // `session` may be nullptr (the call brackets itself). INVALID_ARGUMENT for bad pointers, ranges or strides;
 // UNSUPPORTED when available() is false; INTERNAL for a kernel that failed to generate or (under the tile machine)
 // faulted.
 
 // b: INT8. C int32, exact.
 Status gemm_s8_s32(TileSession *session, const PackedB &b, int64_t m, int64_t n_begin, int64_t n_end,
-                   const int8_t *a /* [m][lda] */, int64_t lda, int32_t *c /* [m][ldc] */, int64_t ldc);
+                   const int8_t *a /* [m][lda] */, int64_t lda, int32_t *c /* [m][ldc], column n_begin first */,
+                   int64_t ldc);
 
 // b: INT8 or INT4. C fp32, scaled by a_scale[m] and the weight scales.
 Status gemm_s8_f32(TileSession *session, const PackedB &b, int64_t m, int64_t n_begin, int64_t n_end,
                    const int8_t *a /* [m][lda] */, int64_t lda, const float *a_scale /* [m] */,
-                   float *c /* [m][ldc] */, int64_t ldc);
+                   float *c /* [m][ldc], column n_begin first */, int64_t ldc);
 
 // b: BF16. C fp32.
 Status gemm_bf16_f32(TileSession *session, const PackedB &b, int64_t m, int64_t n_begin, int64_t n_end,
-                     const uint16_t *a /* [m][lda] */, int64_t lda, float *c /* [m][ldc] */, int64_t ldc);
+                     const uint16_t *a /* [m][lda] */, int64_t lda, float *c /* [m][ldc], column n_begin first */,
+                     int64_t ldc);
 
 // ---- where generated code runs -------------------------------------------------------------------------------
 

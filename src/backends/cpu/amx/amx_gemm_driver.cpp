@@ -83,8 +83,8 @@ Status check_call(const GemmCall &g, PackedLayout *layout) {
     KT_RETURN_IF(scaled && !g.a_scale, KT_STATUS_INVALID_ARGUMENT, "amx %s: a_scale is null", fn);
     KT_RETURN_IF(g.lda < layout->k, KT_STATUS_INVALID_ARGUMENT, "amx %s: lda %lld < k %lld", fn,
                  static_cast<long long>(g.lda), static_cast<long long>(layout->k));
-    KT_RETURN_IF(g.ldc < g.n_end, KT_STATUS_INVALID_ARGUMENT, "amx %s: ldc %lld < n_end %lld", fn,
-                 static_cast<long long>(g.ldc), static_cast<long long>(g.n_end));
+    KT_RETURN_IF(g.ldc < g.n_end - g.n_begin, KT_STATUS_INVALID_ARGUMENT, "amx %s: ldc %lld < %lld computed columns",
+                 fn, static_cast<long long>(g.ldc), static_cast<long long>(g.n_end - g.n_begin));
     KT_RETURN_IF(g.lda > (int64_t{1} << 40) || g.ldc > (int64_t{1} << 40) || g.m > (int64_t{1} << 31),
                  KT_STATUS_INVALID_ARGUMENT, "amx %s: m, lda or ldc is implausibly large", fn);
     return Status::ok();
@@ -133,7 +133,7 @@ Status run_gemm(TileSession *session, const GemmCall &g) {
         for (int64_t m0 = 0; m0 < g.m; m0 += kMBlock) {
             const bool partial_m = g.m - m0 < kMBlock;
             params.a = a_bytes + m0 * params.lda;
-            params.c = c_bytes + m0 * params.ldc + n0 * static_cast<int64_t>(g.c_elem);
+            params.c = c_bytes + m0 * params.ldc + (n0 - g.n_begin) * static_cast<int64_t>(g.c_elem);
             params.a_scale = g.a_scale ? g.a_scale + m0 : nullptr;
             Status s = run_code(*kernels[partial_m][partial_n], &params);
             if (!s.is_ok()) {

@@ -77,9 +77,9 @@ void require_fault(const Status &s, const char *kind, const char *needle) {
 
 TEST_CASE("tile machine: integer arithmetic, loops, the stack and partial-register writes") {
     TileMachine m;
-    int64_t out[8] = {};
+    int64_t out[10] = {};
     Snippet s([](Snippet &g) {
-        Xbyak::Label loop;
+        Xbyak::Label loop, skip, zero_taken, done;
         g.xor_(eax, eax);
         g.mov(ecx, 10);
         g.L(loop);
@@ -111,6 +111,20 @@ TEST_CASE("tile machine: integer arithmetic, loops, the stack and partial-regist
         g.sub(rax, 0x11);
         g.neg(rax);
         g.mov(g.ptr[rdi + 56], rax);  // 1
+        g.mov(ecx, 0x30);
+        g.or_(rcx, 0x0F);
+        g.inc(rcx);
+        g.jmp(skip);
+        g.mov(rcx, 0);  // jumped over
+        g.L(skip);
+        g.mov(g.ptr[rdi + 64], rcx);  // 0x40
+        g.mov(g.qword[rdi + 72], 0);
+        g.test(rcx, 0x3F);
+        g.jz(zero_taken);
+        g.jmp(done);
+        g.L(zero_taken);
+        g.mov(g.qword[rdi + 72], 1);  // 0x40 & 0x3F == 0
+        g.L(done);
         g.ret();
     });
     const Status status = s.run(m, out);
@@ -124,6 +138,8 @@ TEST_CASE("tile machine: integer arithmetic, loops, the stack and partial-regist
     CHECK(static_cast<uint64_t>(out[5]) == 0xFFFFFFFFFFFF1234ull);
     CHECK(out[6] == -16);
     CHECK(out[7] == 1);
+    CHECK(out[8] == 0x40);
+    CHECK(out[9] == 1);
     CHECK(m.instructions > 30);
 }
 
@@ -209,7 +225,8 @@ TEST_CASE("tile machine: masked moves read and write only the selected elements"
         const uint8_t *src;
         uint32_t *dst;
         uint8_t zeroed[64], merged[64];
-    } io{src.data(), dst.data(), {}, {}};
+        uint64_t mask_back;
+    } io{src.data(), dst.data(), {}, {}, 0};
     Snippet s([](Snippet &g) {
         g.mov(rax, (1ull << 10) - 1);
         g.kmovq(k3, rax);
@@ -224,6 +241,10 @@ TEST_CASE("tile machine: masked moves read and write only the selected elements"
         g.kmovw(k1, eax);
         g.mov(rcx, g.ptr[rdi + 8]);
         g.vmovdqu32(g.ptr[rcx] | k1, zmm0);  // writes 3 dwords only
+        g.mov(eax, 0x80000001);
+        g.kmovd(k2, eax);
+        g.kmovq(rdx, k2);
+        g.mov(g.ptr[rdi + 144], rdx);
         g.ret();
     });
     REQUIRE(s.run(m, &io).is_ok());
@@ -234,6 +255,7 @@ TEST_CASE("tile machine: masked moves read and write only the selected elements"
     CHECK(dst[0] == 0x04030201u);
     CHECK(dst[1] == 0x08070605u);
     CHECK(dst[2] == 0x00000A09u);
+    CHECK(io.mask_back == 0x80000001u);
     // Zeroing-masking into memory is #UD (or undecodable): either way the run must fail.
     CHECK_FALSE(Snippet([](Snippet &g) {
                     g.raw({0x62, 0xF1, 0x7F, 0xCB, 0x7F, 0x07});  // vmovdqu8 [rdi]{k3}{z}, zmm0
@@ -378,7 +400,7 @@ TEST_CASE("tile machine: STTILECFG, LDTILECFG palette 0 and TILERELEASE") {
 TEST_CASE("tile machine: TILELOADD / TILESTORED use the SIB stride, rows and colsb of the tile") {
     TileMachine m;
     Cfg cfg;
-    cfg.tile(2, 3, 12);
+    cfg.tile(2, 3, 12).tile(5, 3, 12);
     // Source: 3 rows of 12 bytes at a stride of 40; destination: 3 rows of 12 bytes at a stride of 12, exactly
     // sized so that a store of one byte too many is an AddressSanitizer error.
     std::vector<uint8_t> src(2 * 40 + 12), dst(3 * 12, 0xEE);
@@ -395,6 +417,7 @@ TEST_CASE("tile machine: TILELOADD / TILESTORED use the SIB stride, rows and col
         g.tileloadd(g.t(2), g.ptr[rsi + r8 * 4]);  // stride = 10 << 2 = 40
         g.mov(r9, 12);
         g.tilestored(g.ptr[rdx + r9], g.t(2));
+        g.tileloaddt1(g.t(5), g.ptr[rsi + r8 * 4]);  // same data, streaming hint
         g.ret();
     });
     REQUIRE(s.run(m, &io).is_ok());
@@ -402,6 +425,7 @@ TEST_CASE("tile machine: TILELOADD / TILESTORED use the SIB stride, rows and col
         for (int c = 0; c < 64; ++c) {
             const uint8_t expect = (r < 3 && c < 12) ? src[static_cast<size_t>(r * 40 + c)] : 0;
             REQUIRE(m.tmm[2][r][c] == expect);
+            REQUIRE(m.tmm[5][r][c] == expect);
         }
     }
     for (int r = 0; r < 3; ++r)

@@ -149,18 +149,30 @@ TEST_CASE("tile machine: conditional branches follow the flags of cmp") {
         int64_t a, b;
         int64_t taken[12];
     } io{};
-    using Jcc = void (Xbyak::CodeGenerator::*)(const Xbyak::Label &, Xbyak::CodeGenerator::LabelType);
-    const Jcc jumps[12] = {&Xbyak::CodeGenerator::jz,  &Xbyak::CodeGenerator::jnz, &Xbyak::CodeGenerator::jb,
-                           &Xbyak::CodeGenerator::jnb, &Xbyak::CodeGenerator::jbe, &Xbyak::CodeGenerator::ja,
-                           &Xbyak::CodeGenerator::jl,  &Xbyak::CodeGenerator::jge, &Xbyak::CodeGenerator::jle,
-                           &Xbyak::CodeGenerator::jg,  &Xbyak::CodeGenerator::js,  &Xbyak::CodeGenerator::jns};
+    // Condition i: jz jnz jb jnb jbe ja jl jge jle jg js jns.
+    auto jcc = [](Snippet &g, int i, const Xbyak::Label &l) {
+        switch (i) {
+            case 0: g.jz(l); break;
+            case 1: g.jnz(l); break;
+            case 2: g.jb(l); break;
+            case 3: g.jnb(l); break;
+            case 4: g.jbe(l); break;
+            case 5: g.ja(l); break;
+            case 6: g.jl(l); break;
+            case 7: g.jge(l); break;
+            case 8: g.jle(l); break;
+            case 9: g.jg(l); break;
+            case 10: g.js(l); break;
+            default: g.jns(l); break;
+        }
+    };
     Snippet s([&](Snippet &g) {
         for (int i = 0; i < 12; ++i) {
             Xbyak::Label taken;
             g.mov(g.qword[rdi + 16 + 8 * i], 1);
             g.mov(rax, g.ptr[rdi]);
             g.cmp(rax, g.ptr[rdi + 8]);
-            (g.*jumps[i])(taken, Xbyak::CodeGenerator::T_AUTO);
+            jcc(g, i, taken);
             g.mov(g.qword[rdi + 16 + 8 * i], 0);
             g.L(taken);
         }

@@ -182,7 +182,7 @@ TEST_CASE("jit: KT_JIT_DUMP=1 writes each kernel's exact bytes") {
     CHECK(std::memcmp(bytes.data(), code->code_ptr(), bytes.size()) == 0);
 }
 
-TEST_CASE("jit: kernels are cached by descriptor; bad descriptors are refused") {
+TEST_CASE("jit: kernels are cached by descriptor, and bad descriptors are refused") {
     const jit::JitCode *a = nullptr, *b = nullptr, *c = nullptr;
     REQUIRE(gemm_kernel({GemmKind::kS8F32, 7, 9, 65, 0}, &a).is_ok());
     REQUIRE(gemm_kernel({GemmKind::kS8F32, 7, 9, 65, 0}, &b).is_ok());

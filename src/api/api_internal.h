@@ -13,6 +13,7 @@
 #include "kt.h"
 #include "model/gguf/gguf.h"
 #include "model/model.h"
+#include "model/tokenizer/tokenizer.h"
 #include "runtime/context.h"
 
 // Per-handle "last error": guarded by a mutex so that concurrent readers of a shared handle stay safe.
@@ -33,6 +34,7 @@ struct kt_error_slot {
 struct kt_model {
     std::unique_ptr<kt::gguf::File> file;
     kt_error_slot error;
+    kt::tokenizer::LazyTokenizer tokenizer;  // built from the metadata on first use (api_tokenizer.cpp)
     // The model prepared for running, built by the first context that needs it (per kernel choice) and shared
     // by every context after it. The engine's factory (its expert pools' thread count is the first context's)
     // is declared first so that it outlives the models built with it.

@@ -28,6 +28,12 @@ KT_STATIC_ASSERT(offsetof(kt_tensor_spec, ne) == 16, tensor_spec_ne_offset);
 KT_STATIC_ASSERT(sizeof(kt_tensor_spec) == 56, tensor_spec_size);
 KT_STATIC_ASSERT(offsetof(kt_roofline, read_bytes_per_s) == 16, roofline_read_offset);
 KT_STATIC_ASSERT(sizeof(kt_roofline) == 48, roofline_size);
+KT_STATIC_ASSERT(offsetof(kt_vocab_info, add_space_prefix) == 44, vocab_info_flags_offset);
+KT_STATIC_ASSERT(offsetof(kt_vocab_info, pre) == 48, vocab_info_pre_offset);
+KT_STATIC_ASSERT(sizeof(kt_vocab_info) == 56, vocab_info_size);
+KT_STATIC_ASSERT(sizeof(kt_chat_message) == 16, chat_message_size);
+KT_STATIC_ASSERT(offsetof(kt_chat_params, template_name) == 8, chat_params_name_offset);
+KT_STATIC_ASSERT(sizeof(kt_chat_params) == 32, chat_params_size);
 
 static int32_t fill_zeros(void *dst, uint64_t n_bytes, void *user_data) {
     (void)user_data;

@@ -137,6 +137,10 @@ struct Kernels {
         constexpr int kParts = Fmt<T>::kNibble ? 2 : 1;
         constexpr int kRowsPerFlush = (kKpg == 0 || kKpg > 16) ? 16 : kKpg;
         constexpr int kUMax = Fmt<T>::kUMax;
+        // Independent int32 accumulator chains per output vector: consecutive K steps alternate between them, so
+        // that mr * kNV * kSplit chains hide the latency of an accumulating vpdpbusd (integer sums: exact in any
+        // order, so the split does not change results).
+        constexpr int kSplit = S::kLatencyBoundDot ? (mr >= 3 ? 1 : 4 / mr) : 1;
         const PackedLayout &L = w.layout;
         const VecPos vp[kNV] = {vec_pos(c0, 0), vec_pos(c0, 1)};
         VI table = S::zero();
@@ -147,12 +151,17 @@ struct Kernels {
         }
 
         VF accf[mr][kNV];
-        VI acci[mr][kNV];
+        VI acci[mr][kNV][kSplit];
         for (int m = 0; m < mr; ++m)
             for (int v = 0; v < kNV; ++v) {
                 accf[m][v] = S::fzero();
-                acci[m][v] = S::zero();
+                for (int j = 0; j < kSplit; ++j) acci[m][v][j] = S::zero();
             }
+        auto isum = [&](int m, int v) {
+            VI t = acci[m][v][0];
+            for (int j = 1; j < kSplit; ++j) t = S::add32(t, acci[m][v][j]);
+            return t;
+        };
 
         auto flush = [&](int64_t g) {
             for (int v = 0; v < kNV; ++v) {
@@ -160,12 +169,12 @@ struct Kernels {
                 group_scale<T>(w, p, g, vp[v].col, &scale, &min);
                 for (int m = 0; m < mr; ++m) {
                     if constexpr (Fmt<T>::kMins) {
-                        accf[m][v] = S::fmadd(S::cvt(acci[m][v]), scale, accf[m][v]);
+                        accf[m][v] = S::fmadd(S::cvt(isum(m, v)), scale, accf[m][v]);
                         accf[m][v] = S::fnmadd(min, S::fset1(static_cast<float>(sums[m][g])), accf[m][v]);
                     } else {
-                        accf[m][v] = S::fmadd(S::cvt(S::sub32(acci[m][v], S::set1_32(sums[m][g]))), scale, accf[m][v]);
+                        accf[m][v] = S::fmadd(S::cvt(S::sub32(isum(m, v), S::set1_32(sums[m][g]))), scale, accf[m][v]);
                     }
-                    acci[m][v] = S::zero();
+                    for (int j = 0; j < kSplit; ++j) acci[m][v][j] = S::zero();
                 }
             }
         };
@@ -183,19 +192,22 @@ struct Kernels {
             }
             for (int part = 0; part < kParts; ++part) {
                 for (int r0 = 0; r0 < 16; r0 += kRowsPerFlush) {
-#pragma GCC unroll 16
-                    for (int r = r0; r < r0 + kRowsPerFlush; ++r) {
-                        const int64_t kappa = s * tile_k4 + part * 16 + r;
-                        VI u[kNV];
-                        for (int v = 0; v < kNV; ++v) {
-                            const uint8_t *row_hb = nullptr;
-                            if constexpr (T == PackedType::kQ5_K) row_hb = hb[v] + r * 16;
-                            if constexpr (T == PackedType::kQ6_K) row_hb = hb[v] + r * 32;
-                            u[v] = decode<T>(tb[v] + r * kTileRowBytes, part, row_hb, vp[v].vi, table);
-                        }
-                        for (int m = 0; m < mr; ++m) {
-                            const VI av = S::bcst32(a[m] + 4 * kappa);
-                            for (int v = 0; v < kNV; ++v) acci[m][v] = S::template dot4<kUMax>(acci[m][v], u[v], av);
+                    // The inner loop has a small constant trip count: compilers unroll it completely, so acci's
+                    // indexes are constants and the accumulators stay in registers (no lambda may capture them).
+                    for (int rb = 0; rb < kRowsPerFlush; rb += kSplit) {
+                        for (int j = 0; j < kSplit; ++j) {
+                            const int r = r0 + rb + j;
+                            const int64_t kappa = s * tile_k4 + part * 16 + r;
+                            VI u[kNV];
+                            for (int v = 0; v < kNV; ++v) {
+                                const uint8_t *row_hb = nullptr;
+                                if constexpr (T == PackedType::kQ5_K) row_hb = hb[v] + r * 16;
+                                if constexpr (T == PackedType::kQ6_K) row_hb = hb[v] + r * 32;
+                                u[v] = decode<T>(tb[v] + r * kTileRowBytes, part, row_hb, vp[v].vi, table);
+                            }
+                            for (int m = 0; m < mr; ++m)
+                                for (int v = 0; v < kNV; ++v)
+                                    acci[m][v][j] = S::template dot4_bcst<kUMax, kKpg == 0>(acci[m][v][j], u[v], a[m] + 4 * kappa);
                         }
                     }
                     if constexpr (kKpg != 0 && kKpg <= 16) {
@@ -218,7 +230,7 @@ struct Kernels {
                 VF out;
                 if constexpr (kKpg == 0) {  // kInt8: (float(isum) * w_scale) * a_scale
                     const VF wscale = S::loadf(reinterpret_cast<const float *>(w.data + L.colscale) + p * kPanel + vp[v].col);
-                    out = S::mul(S::mul(S::cvt(S::sub32(acci[m][v], S::set1_32(sums[m][0]))), wscale), as);
+                    out = S::mul(S::mul(S::cvt(S::sub32(isum(m, v), S::set1_32(sums[m][0]))), wscale), as);
                 } else {
                     out = S::mul(accf[m][v], as);
                 }
@@ -288,25 +300,30 @@ struct Kernels {
                            int valid_cols) {
         const PackedLayout &L = w.layout;
         const VecPos vp[kNV] = {vec_pos(c0, 0), vec_pos(c0, 1)};
-        VF acc[mr][kNV];
+        // Two fp32 chains per output vector (even and odd K pairs), on every ISA, so that results stay the same bits
+        // everywhere: vdpbf16ps accumulates into its destination, and 2 x mr x kNV chains hide its latency.
+        constexpr int kSplit = 2;
+        VF acc[mr][kNV][kSplit];
         for (int m = 0; m < mr; ++m)
-            for (int v = 0; v < kNV; ++v) acc[m][v] = S::fzero();
+            for (int v = 0; v < kNV; ++v)
+                for (int j = 0; j < kSplit; ++j) acc[m][v][j] = S::fzero();
         for (int64_t s = 0; s < L.tiles_per_half; ++s) {
             const uint8_t *tb[kNV];
             for (int v = 0; v < kNV; ++v) tb[v] = w.tile(p, s, vp[v].half) + vp[v].byte_off;
-#pragma GCC unroll 16
-            for (int r = 0; r < 16; ++r) {
-                const int64_t pair = s * 16 + r;
-                VI wv[kNV];
-                for (int v = 0; v < kNV; ++v) wv[v] = S::loadu(tb[v] + r * kTileRowBytes);
-                for (int m = 0; m < mr; ++m) {
-                    const VI av = S::bcst32(a[m] + 2 * pair);
-                    for (int v = 0; v < kNV; ++v) acc[m][v] = S::dot2_bf16(acc[m][v], wv[v], av);
+            for (int r0 = 0; r0 < 16; r0 += kSplit) {
+                for (int j = 0; j < kSplit; ++j) {
+                    const int r = r0 + j;
+                    const int64_t pair = s * 16 + r;
+                    VI wv[kNV];
+                    for (int v = 0; v < kNV; ++v) wv[v] = S::loadu(tb[v] + r * kTileRowBytes);
+                    for (int m = 0; m < mr; ++m)
+                        for (int v = 0; v < kNV; ++v) acc[m][v][j] = S::dot2_bf16_bcst(acc[m][v][j], wv[v], a[m] + 2 * pair);
                 }
             }
         }
         for (int m = 0; m < mr; ++m)
-            for (int v = 0; v < kNV; ++v) store_cols(c[m] + v * kW, acc[m][v], valid_cols - v * kW);
+            for (int v = 0; v < kNV; ++v)
+                store_cols(c[m] + v * kW, S::add(acc[m][v][0], acc[m][v][1]), valid_cols - v * kW);
     }
 
     template <int mr = kMR>

@@ -13,6 +13,7 @@ namespace kt::cpu::simd {
 
 struct Avx2 {
     static constexpr int kW = 8;
+    static constexpr bool kLatencyBoundDot = false;  // the accumulation is a 1-cycle vpaddd
     using VI = __m256i;
     using VF = __m256;
 
@@ -142,6 +143,9 @@ struct Avx2 {
         return _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(w, 16)),
                                _mm256_castsi256_ps(_mm256_slli_epi32(a, 16)), acc);
     }
+    template <int kUMax, bool kEmbed = false>
+    static VI dot4_bcst(VI acc, VI u, const void *p) { return dot4<kUMax>(acc, u, bcst32(p)); }
+    static VF dot2_bf16_bcst(VF acc, VI w, const void *p) { return dot2_bf16(acc, w, bcst32(p)); }
 };
 
 }  // namespace kt::cpu::simd

@@ -17,6 +17,7 @@ namespace kt::cpu::simd {
 
 struct Scalar {
     static constexpr int kW = 16;
+    static constexpr bool kLatencyBoundDot = false;
     struct VI {
         uint8_t b[64];
         int32_t i32(int l) const {
@@ -219,6 +220,9 @@ struct Scalar {
         }
         return r;
     }
+    template <int kUMax, bool kEmbed = false>
+    static VI dot4_bcst(VI acc, VI u, const void *p) { return dot4<kUMax>(acc, u, bcst32(p)); }
+    static VF dot2_bf16_bcst(VF acc, VI w, const void *p) { return dot2_bf16(acc, w, bcst32(p)); }
 };
 
 }  // namespace kt::cpu::simd

@@ -7,7 +7,7 @@
 namespace kt::cpu::detail {
 
 void fill_avx512(KernelSet *ks) {
-    using K = impl::Kernels<simd::Avx512<false, false>, 4>;
+    using K = impl::Kernels<simd::Avx512<false, false>, 6>;
     ks->gemm_int = &K::gemm_int;
     ks->gemm_bf16 = &K::gemm_bf16;
     ks->quantize_row = &K::quantize_row;

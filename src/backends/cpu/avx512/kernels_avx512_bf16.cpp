@@ -5,6 +5,6 @@
 
 namespace kt::cpu::detail {
 
-GemmFn gemm_bf16_avx512_bf16() { return &impl::Kernels<simd::Avx512<false, true>, 4>::gemm_bf16; }
+GemmFn gemm_bf16_avx512_bf16() { return &impl::Kernels<simd::Avx512<false, true>, 6>::gemm_bf16; }
 
 }  // namespace kt::cpu::detail

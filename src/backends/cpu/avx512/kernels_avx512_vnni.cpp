@@ -5,6 +5,6 @@
 
 namespace kt::cpu::detail {
 
-GemmFn gemm_int_avx512_vnni() { return &impl::Kernels<simd::Avx512<true, false>, 4>::gemm_int; }
+GemmFn gemm_int_avx512_vnni() { return &impl::Kernels<simd::Avx512<true, false>, 6>::gemm_int; }
 
 }  // namespace kt::cpu::detail

@@ -1,10 +1,13 @@
 // kt-run: load a GGUF model, prefill a prompt, generate and stream the result.
 //
-//   kt-run -m MODEL --tokens 1,2,3 [-n 32] [sampling flags] [-t THREADS] [--logits OUT.f32]
+//   kt-run -m MODEL -p "TEXT" [-n 32] [sampling flags] [-t THREADS]
+//   kt-run -m MODEL --tokens 1,2,3 [--ids] [--logits OUT.f32]
 //
-// Until tokenizers land the prompt is given as token ids and generated ids are printed as they come (one line,
-// space separated, flushed per token). --logits writes the logits of every prompt position as raw little-endian
-// f32, n_tokens x n_vocab, position-major, for comparison with other implementations. Timing goes to stderr.
+// A text prompt is tokenized with the model's vocabulary (BOS added as the vocabulary says, special tokens such as
+// <|im_start|> recognised); generated tokens are streamed as text (whole UTF-8 characters only) or, with --ids or a
+// model without a vocabulary, as ids on one line. Generation stops at the vocabulary's end-of-generation tokens
+// unless --ignore-eos. --logits writes the logits of every prompt position as raw little-endian f32, n_tokens x
+// n_vocab, position-major, for comparison with other implementations. Timing goes to stderr.
 // Exit status: 0 on success, 1 when kt reports an error, 2 on a usage error.
 #include <cerrno>
 #include <cinttypes>
@@ -21,9 +24,11 @@ namespace {
 int usage(const char *message = nullptr) {
     if (message) std::fprintf(stderr, "kt-run: %s\n\n", message);
     std::fprintf(stderr,
-                 "usage: kt-run -m MODEL --tokens ID,ID,... [options]\n"
+                 "usage: kt-run -m MODEL (-p TEXT | --tokens ID,ID,...) [options]\n"
                  "  -m, --model FILE        GGUF model\n"
+                 "  -p, --prompt TEXT       prompt text (tokenized with the model's vocabulary)\n"
                  "      --tokens LIST       prompt as comma-separated token ids\n"
+                 "      --ids               print generated token ids instead of text\n"
                  "  -n, --n-predict N       tokens to generate (default 32; 0: prefill only)\n"
                  "  -t, --threads N         threads (default: one per physical core)\n"
                  "  -c, --ctx-size N        context length (default: the model's, at most 4096)\n"
@@ -73,11 +78,32 @@ bool parse_tokens(const std::string &text, std::vector<int32_t> *out) {
     return !out->empty();
 }
 
+// Streams generated tokens: as text through a detokenizer, or as ids.
+struct Printer {
+    kt_detokenizer *detokenizer = nullptr;  // null: print ids
+    int count = 0;
+    std::vector<char> buf = std::vector<char>(256);
+
+    // Feeds a token (or, with token < 0, flushes) and prints the text it completes, growing the buffer on demand.
+    void text(int32_t token) {
+        int64_t n = 0;
+        kt_status s = KT_STATUS_BUFFER_TOO_SMALL;
+        for (int attempt = 0; attempt < 2 && s == KT_STATUS_BUFFER_TOO_SMALL; ++attempt) {
+            if (attempt > 0) buf.resize(static_cast<size_t>(n) + 1);
+            const int64_t capacity = static_cast<int64_t>(buf.size());
+            s = token >= 0 ? kt_detokenizer_push(detokenizer, token, buf.data(), capacity, &n)
+                           : kt_detokenizer_flush(detokenizer, buf.data(), capacity, &n);
+        }
+        if (s == KT_STATUS_OK) std::fwrite(buf.data(), 1, static_cast<size_t>(n), stdout);
+    }
+};
+
 int32_t on_token(int32_t token, void *user_data) {
-    int *count = static_cast<int *>(user_data);
-    std::printf(*count == 0 ? "%d" : " %d", token);
+    Printer &p = *static_cast<Printer *>(user_data);
+    if (p.detokenizer) p.text(token);
+    else std::printf(p.count == 0 ? "%d" : " %d", token);
     std::fflush(stdout);
-    ++*count;
+    ++p.count;
     return 0;
 }
 
@@ -89,10 +115,10 @@ int fail(const char *what, const char *message) {
 }  // namespace
 
 int main(int argc, char **argv) {
-    std::string model_path, logits_path;
+    std::string model_path, logits_path, prompt_text;
     std::vector<int32_t> prompt;
     int64_t n_predict = 32;
-    bool ignore_eos = false;
+    bool ignore_eos = false, print_ids = false;
     kt_context_params cp;
     kt_context_params_init(&cp);
     kt_sampler_params sp;
@@ -106,12 +132,13 @@ int main(int argc, char **argv) {
         int64_t n = 0;
         float f = 0.0f;
         if (a == "-h" || a == "--help") return usage();
-        if (a == "--ignore-eos") {
-            ignore_eos = true;
+        if (a == "--ignore-eos" || a == "--ids") {
+            (a == "--ids" ? print_ids : ignore_eos) = true;
             continue;
         }
         if (!(v = value())) return usage(("missing value for " + a).c_str());
         if (a == "-m" || a == "--model") model_path = v;
+        else if (a == "-p" || a == "--prompt") prompt_text = v;
         else if (a == "--tokens") { if (!parse_tokens(v, &prompt)) return usage("--tokens wants comma-separated ids"); }
         else if (a == "--logits") logits_path = v;
         else if (a == "--kv-type") {
@@ -147,12 +174,31 @@ int main(int argc, char **argv) {
         }
     }
     if (model_path.empty()) return usage("no model (-m)");
-    if (prompt.empty()) return usage("no prompt (--tokens)");
+    if (prompt.empty() == prompt_text.empty()) return usage("give a prompt: -p TEXT or --tokens IDS (one of them)");
     if (n_predict < 0) return usage("-n must be >= 0");
 
     kt_error err = {sizeof(kt_error), 0, {0}};
     kt_model *model = nullptr;
     if (kt_model_load(model_path.c_str(), nullptr, &model, &err) != KT_STATUS_OK) return fail("load", err.message);
+    kt_vocab_info vocab;
+    vocab.struct_size = sizeof vocab;
+    const bool has_vocab = kt_vocab_get_info(model, &vocab) == KT_STATUS_OK;
+    if (!prompt_text.empty()) {
+        if (!has_vocab) {
+            kt_model_free(model);
+            return fail("prompt", "the model has no vocabulary: give --tokens");
+        }
+        int64_t count = 0;
+        kt_status s = kt_tokenize(model, prompt_text.data(), prompt_text.size(), 1, 1, nullptr, 0, &count);
+        if (s == KT_STATUS_BUFFER_TOO_SMALL || s == KT_STATUS_OK) {
+            prompt.resize(static_cast<size_t>(count));
+            s = kt_tokenize(model, prompt_text.data(), prompt_text.size(), 1, 1, prompt.data(), count, &count);
+        }
+        if (s != KT_STATUS_OK || prompt.empty()) {
+            kt_model_free(model);
+            return fail("tokenize", s != KT_STATUS_OK ? kt_model_last_error(model) : "the prompt has no tokens");
+        }
+    }
     kt_context *ctx = nullptr;
     if (kt_context_create(model, &cp, &ctx, &err) != KT_STATUS_OK) {
         kt_model_free(model);
@@ -185,14 +231,15 @@ int main(int argc, char **argv) {
     after_prompt.struct_size = sizeof after_prompt;
     kt_context_perf(ctx, &after_prompt);
 
-    // Generation, streamed. Stop tokens: the vocabulary's end-of-sequence / end-of-turn ids, if it names them.
+    // Generation, streamed. Stop tokens: every token the vocabulary says ends generation (EOS, EOT, <|im_end|> ...).
     std::vector<int32_t> stops;
-    for (const char *key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"}) {
-        int64_t id = 0;
-        if (!ignore_eos && kt_model_meta_get_int(model, key, &id) == KT_STATUS_OK && id >= 0 && id < n_vocab)
-            stops.push_back(static_cast<int32_t>(id));
+    for (int32_t id = 0; has_vocab && !ignore_eos && id < n_vocab; ++id) {
+        int32_t eog = 0;
+        if (kt_token_is_eog(model, id, &eog) == KT_STATUS_OK && eog) stops.push_back(id);
     }
-    int printed = 0;
+    Printer printer;
+    if (has_vocab && !print_ids && kt_detokenizer_create(model, 0, &printer.detokenizer, nullptr) != KT_STATUS_OK)
+        printer.detokenizer = nullptr;
     int64_t generated = 0;
     int32_t reason = KT_STOP_MAX_TOKENS;
     if (status == 0 && n_predict > 0) {
@@ -203,9 +250,10 @@ int main(int argc, char **argv) {
         gp.n_stop_tokens = static_cast<int64_t>(stops.size());
         gp.sampler = &sp;
         gp.on_token = on_token;
-        gp.user_data = &printed;
+        gp.user_data = &printer;
         if (kt_context_generate(ctx, nullptr, 0, &gp, nullptr, 0, &generated, &reason) != KT_STATUS_OK)
             status = fail("generate", kt_context_last_error(ctx));
+        if (printer.detokenizer) printer.text(-1);  // an incomplete character left at the end
         std::printf("\n");
         std::fflush(stdout);
     }
@@ -229,6 +277,7 @@ int main(int argc, char **argv) {
                          100 * perf.dense_ffn_seconds / total, 100 * perf.head_seconds / total,
                          100 * perf.other_seconds / total);
     }
+    kt_detokenizer_free(printer.detokenizer);
     kt_context_free(ctx);
     kt_model_free(model);
     return status;

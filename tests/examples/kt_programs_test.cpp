@@ -156,7 +156,7 @@ TEST_CASE("kt-run's --logits matches llama.cpp's golden logits, generation works
 
     const std::string model = kt::test::testdata_path("models/qwen3moe.f32.gguf");
     const std::string logits = dir.file("logits.f32");
-    const Run r = run(KT_RUN_EXE, "-m " + model + " --tokens " + list + " -n 6 -t 1 --kv-type f32 --kernels reference --logits " + logits);
+    const Run r = run(KT_RUN_EXE, "-m " + model + " --tokens " + list + " -n 6 -t 1 --kv-type f32 --kernels reference --ids --logits " + logits);
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
     const std::vector<uint8_t> raw = bytes_of(logits);
@@ -174,7 +174,24 @@ TEST_CASE("kt-run's --logits matches llama.cpp's golden logits, generation works
     CHECK(std::count(first_line.begin(), first_line.end(), ' ') == 5);
     CHECK(r.output.find("tokens/s") != std::string::npos);
 
+    // A text prompt goes through the model's tokenizer: its logits equal those of the ids kt_tokenize gives.
+    kt_model *m = nullptr;
+    REQUIRE(kt_model_load(model.c_str(), nullptr, &m, nullptr) == KT_STATUS_OK);
+    const std::string text = "hello world";
+    std::vector<int32_t> ids_of_text(64);
+    int64_t n_ids = 0;
+    REQUIRE(kt_tokenize(m, text.c_str(), text.size(), 1, 1, ids_of_text.data(), 64, &n_ids) == KT_STATUS_OK);
+    kt_model_free(m);
+    std::string id_list;
+    for (int64_t i = 0; i < n_ids; ++i) id_list += (i ? "," : "") + std::to_string(ids_of_text[static_cast<size_t>(i)]);
+    const std::string from_text = dir.file("text.f32"), from_ids = dir.file("ids.f32");
+    REQUIRE(run(KT_RUN_EXE, "-m " + model + " -p '" + text + "' -n 3 -t 1 --logits " + from_text).exit_code == 0);
+    REQUIRE(run(KT_RUN_EXE, "-m " + model + " --tokens " + id_list + " -n 0 -t 1 --logits " + from_ids).exit_code == 0);
+    CHECK(bytes_of(from_text) == bytes_of(from_ids));
+    CHECK(bytes_of(from_text).size() == static_cast<size_t>(n_ids) * 512 * sizeof(float));
+
     CHECK(run(KT_RUN_EXE, "-m " + model).exit_code == 2);                               // no prompt
+    CHECK(run(KT_RUN_EXE, "-m " + model + " -p hi --tokens 1").exit_code == 2);         // two prompts
     CHECK(run(KT_RUN_EXE, "-m " + model + " --tokens 1,x").exit_code == 2);            // bad ids
     CHECK(run(KT_RUN_EXE, "-m " + dir.file("missing.gguf") + " --tokens 1").exit_code == 1);
     CHECK(run(KT_RUN_EXE, "-m " + model + " --tokens 1,99999").exit_code == 1);        // outside the vocabulary

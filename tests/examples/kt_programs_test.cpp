@@ -133,6 +133,20 @@ TEST_CASE("kt-synth: the Q4_K_M mix, the seed, tied heads and bad arguments") {
     CHECK(tensor_types(t).count("output.weight") == 0);
     runs(t);
 
+    // --vocab-from: a real vocabulary, so that text goes in and out.
+    const std::string v = dir.file("v.gguf");
+    REQUIRE(run(KT_SYNTH_EXE, "-o " + v + " --arch qwen3 --hidden 64 --heads 4 --heads-kv 2 --head-dim 16 --ff 96 "
+                              "--layers 1 --vocab-from " + kt::test::testdata_path("tokenizer/llama3.gguf")).exit_code == 0);
+    kt_model *vm = nullptr;
+    REQUIRE(kt_model_load(v.c_str(), nullptr, &vm, nullptr) == KT_STATUS_OK);
+    kt_vocab_info info;
+    info.struct_size = sizeof info;
+    REQUIRE(kt_vocab_get_info(vm, &info) == KT_STATUS_OK);
+    CHECK(info.n_tokens > 100000);
+    kt_model_free(vm);
+    const Run text = run(KT_RUN_EXE, "-m " + v + " -p 'Hello there' -n 8");
+    CHECK(text.exit_code == 0);
+
     CHECK(run(KT_SYNTH_EXE, "-o " + t + " --arch gptj").exit_code == 1);
     CHECK(run(KT_SYNTH_EXE, "-o " + t + " --type q9_9").exit_code == 2);
     CHECK(run(KT_SYNTH_EXE, "--arch qwen3").exit_code == 2);

@@ -412,7 +412,8 @@ KT_API kt_status kt_gguf_writer_expected_tensors(const kt_gguf_writer *writer, k
 /*                                                                                                              */
 /* Thread-safety: a context is used by one thread at a time. Any number of contexts may share one kt_model; the */
 /* model must outlive them. The first context of a model prepares its weights for the kernels (binding every    */
-/* tensor, packing where the kernels want it); later contexts reuse that work.                                  */
+/* tensor; with KT_KERNELS_AUTO, packing them into the expert engine's layout and starting one expert pool per  */
+/* MoE or dense FFN layer on that context's n_threads); later contexts reuse that work.                         */
 
 typedef struct kt_context kt_context;
 
@@ -420,8 +421,12 @@ typedef struct kt_context kt_context;
  * KT_STATUS_CANCELLED and the sequence is as it was before the call). */
 typedef int32_t (*kt_abort_callback)(void *user_data);
 
-#define KT_KERNELS_AUTO 0       /* the fastest kernels this CPU has, per tensor type */
-#define KT_KERNELS_REFERENCE 1  /* exact dequantization and f32 arithmetic everywhere: slow; for validation */
+#define KT_KERNELS_AUTO 0       /* the expert engine's kernels for the best ISA this CPU allows: weights kept in their
+                                   GGUF format where a kernel reads it (Q4_0 Q8_0 Q4_K Q5_K Q6_K IQ4_XS BF16), F32/F16
+                                   as BF16, other formats re-quantized to INT8 per channel; activations quantized to
+                                   int8 per token */
+#define KT_KERNELS_REFERENCE 1  /* exact dequantization and f32 arithmetic everywhere: slow; for validation (it
+                                   reproduces llama.cpp's f32 logits to ~1e-6) */
 
 typedef struct kt_context_params {
     uint32_t struct_size;       /* sizeof(kt_context_params) */

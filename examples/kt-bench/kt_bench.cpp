@@ -275,7 +275,17 @@ bool run_model(const Options &o, const std::string &path, std::vector<Result> *r
     for (const Test &t : tests) n_ctx = std::max(n_ctx, t.n_prompt + t.n_gen);
 
     bool ok = true;
-    for (int64_t threads : o.threads) {
+    for (size_t ti = 0; ti < o.threads.size() && ok; ++ti) {
+        const int64_t threads = o.threads[ti];
+        // The engine's expert pools take the thread count of the model's first context: a fresh load per count.
+        if (ti > 0) {
+            kt_model_free(model);
+            model = nullptr;
+            if (kt_model_load(path.c_str(), nullptr, &model, &err) != KT_STATUS_OK) {
+                std::fprintf(stderr, "kt-bench: %s\n", err.message);
+                return false;
+            }
+        }
         kt_context_params cp;
         kt_context_params_init(&cp);
         cp.n_threads = static_cast<int32_t>(threads);

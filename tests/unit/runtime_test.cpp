@@ -72,6 +72,7 @@ TEST_CASE("attention over the KV cache equals the definition, whatever the batch
         const auto q = kt::test::random_normal(size_t(sh.T * sh.H * sh.Dk), 1);
         const auto k = kt::test::random_normal(size_t(sh.T * sh.Hkv * sh.Dk), 2);
         const auto v = kt::test::random_normal(size_t(sh.T * sh.Hkv * sh.Dv), 3);
+        const auto k_other = kt::test::random_normal(k.size(), 4), v_other = kt::test::random_normal(v.size(), 5);
         const std::vector<double> expected = naive_attention(q, k, v, sh.T, sh.H, sh.Hkv, sh.Dk, sh.Dv, hp.kq_scale);
         for (int32_t type : {KT_TYPE_F32, KT_TYPE_F16, KT_TYPE_BF16, KT_TYPE_Q8_0}) {
             if (type == KT_TYPE_Q8_0 && (sh.Dk % 32 != 0 || sh.Dv % 32 != 0)) {
@@ -89,7 +90,8 @@ TEST_CASE("attention over the KV cache equals the definition, whatever the batch
                 std::vector<float> out(size_t(sh.T * sh.H * sh.Dv), 0.0f), other(out.size());
                 for (int64_t t0 = 0; t0 < sh.T; t0 += step) {
                     const int64_t n = std::min(step, sh.T - t0);
-                    cache.attend(1, t0, n, q.data() + t0 * sh.H * sh.Dk, v.data(), k.data(), other.data(), *pool);
+                    cache.attend(1, t0, n, q.data() + t0 * sh.H * sh.Dk, k_other.data() + t0 * sh.Hkv * sh.Dk,
+                                 v_other.data() + t0 * sh.Hkv * sh.Dv, other.data() + t0 * sh.H * sh.Dv, *pool);
                     cache.attend(0, t0, n, q.data() + t0 * sh.H * sh.Dk, k.data() + t0 * sh.Hkv * sh.Dk,
                                  v.data() + t0 * sh.Hkv * sh.Dv, out.data() + t0 * sh.H * sh.Dv, *pool);
                 }

@@ -48,6 +48,9 @@ struct GemmActs {
     int64_t bf16_ld = 0;
     // Output row i reads activation row rows[i] (nullptr: row i).
     const int32_t *rows = nullptr;
+    // Weights the caller will use next (a panel, e.g. the next expert's), prefetched while the last panel of this
+    // call is computed, as each panel prefetches the next. nullptr: none.
+    const uint8_t *prefetch_next = nullptr;
 };
 
 struct SwigluParams {

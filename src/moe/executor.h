@@ -81,6 +81,7 @@ public:
         int t_begin = 0, t_end = 0;  // thread indexes
         std::unique_ptr<Barrier> barrier;
         Counter gate_up_next, amax_next, hq_next, down_next;
+        int64_t i_block = 0, h_block = 0;  // task sizes of the running job
         // Scratch on the group's node: h [slots][shard] fp32, hq (int8 or bf16), h_scale, h_sums, slot_amax,
         // partial [tokens][H] fp32, tiles (per-thread GEMM outputs).
         mem::NumaBuffer h, hq, h_scale, h_sums, slot_amax, partial, tiles;

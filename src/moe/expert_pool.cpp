@@ -16,19 +16,27 @@ using cpu::PackedMatrix;
 
 namespace {
 
-// Task granularity. Gate/up tasks cover 64 rows of an expert's I shard (two panels), down tasks 64 columns of H:
-// small enough that decode (one token, ~10 active experts) yields a hundred tasks for dynamic balancing, large
-// enough that the per-task overhead (an atomic increment, pointer setup) is noise next to 64 x H weights.
-constexpr int64_t kIBlock = 64;
-constexpr int64_t kHBlock = 64;
-// Tokens per GEMM call inside a task: bounds the task's fp32 scratch (kTokenChunk x 64 floats per matrix, in L1/L2).
+// Task granularity, chosen per call: gate/up tasks cover a block of rows of an expert's I shard, down tasks a block
+// of H columns (whole 32-wide panels). Long blocks make long contiguous weight streams (a block's panels are
+// adjacent in memory), which the prefetchers sustain better than many short ones: decode is bandwidth bound. Blocks
+// shrink (to one panel) until each group has at least kTasksPerThread tasks per thread for dynamic balancing.
+constexpr int64_t kMaxBlock = 256;
+constexpr int64_t kTasksPerThread = 4;
+// Tokens per GEMM call inside a task: bounds the task's fp32 scratch (kTokenChunk x block floats per matrix).
 constexpr int64_t kTokenChunk = 64;
-constexpr int64_t kTileFloats = kTokenChunk * 2 * kIBlock;  // per thread: gate and up outputs (or down's)
+constexpr int64_t kTileFloats = kTokenChunk * 2 * kMaxBlock;  // per thread: gate and up outputs (or down's)
 // Rows per item when quantizing activations / merging outputs.
 constexpr int64_t kRowChunk = 4;
 constexpr int64_t kMergeChunk = 1024;
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// The largest block (a multiple of 32, at most kMaxBlock) that still cuts `extent` x `count` into enough tasks.
+int64_t task_block(int64_t extent, int64_t count, int threads) {
+    int64_t block = kMaxBlock;
+    while (block > cpu::kPanel && count * ((extent + block - 1) / block) < kTasksPerThread * threads) block /= 2;
+    return block;
+}
 
 }  // namespace
 
@@ -419,6 +427,9 @@ void ExpertPool::execute(Executor &ex, Job &job) {
         eg.amax_next.next.store(0, std::memory_order_relaxed);
         eg.hq_next.next.store(0, std::memory_order_relaxed);
         eg.down_next.next.store(0, std::memory_order_relaxed);
+        const int64_t shard = groups_[static_cast<size_t>(g)]->shard();
+        eg.i_block = task_block(shard, sc.n_active, eg.threads());
+        eg.h_block = task_block(config_.hidden, 1, eg.threads());
     }
     job.status = ex.pool().run([&](int tid) { run_phases(ex, job, tid); });
     if (!job.status.is_ok()) {
@@ -464,14 +475,15 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
     float *h_all = eg.h.as<float>();
     if (shard > 0) {
         // 2. Gate and up on the same rows of each expert, then SwiGLU into h.
-        const int64_t iblocks = (shard + kIBlock - 1) / kIBlock;
+        const int64_t ib = eg.i_block;
+        const int64_t iblocks = (shard + ib - 1) / ib;
         const int64_t items = sc.n_active * iblocks;
-        float *tg = tile, *tu = tile + kTokenChunk * kIBlock;
+        float *tg = tile, *tu = tile + kTokenChunk * ib;
         for (;;) {
             const int64_t item = eg.gate_up_next.next.fetch_add(1, std::memory_order_relaxed);
             if (item >= items) break;
             const int64_t e = sc.active[static_cast<size_t>(item / iblocks)];
-            const int64_t n0 = (item % iblocks) * kIBlock, n1 = std::min(shard, n0 + kIBlock);
+            const int64_t n0 = (item % iblocks) * ib, n1 = std::min(shard, n0 + ib);
             const int64_t s_begin = sc.offset[static_cast<size_t>(e)], s_end = sc.offset[static_cast<size_t>(e) + 1];
             for (int64_t s0 = s_begin; s0 < s_end; s0 += kTokenChunk) {
                 const int64_t m = std::min(kTokenChunk, s_end - s0);
@@ -490,7 +502,7 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
                 // Each GEMM prefetches the weights the next one reads: up's panels of this block, then gate's
                 // panels of the next item.
                 acts.prefetch_next = grp.up(e).tile(n0 / cpu::kPanel, 0, 0);
-                cpu::gemm(ks, grp.gate(e), acts, m, n0, n1, tg, kIBlock);
+                cpu::gemm(ks, grp.gate(e), acts, m, n0, n1, tg, ib);
                 if (separate_up_sums_) {
                     acts.sums = x_sums_up;
                     acts.sums_ld = sums_up_ld_;
@@ -498,11 +510,11 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
                 acts.prefetch_next = nullptr;
                 if (item + 1 < items && s0 + kTokenChunk >= s_end) {
                     const int64_t ne = sc.active[static_cast<size_t>((item + 1) / iblocks)];
-                    acts.prefetch_next = grp.gate(ne).tile(((item + 1) % iblocks) * kIBlock / cpu::kPanel, 0, 0);
+                    acts.prefetch_next = grp.gate(ne).tile(((item + 1) % iblocks) * ib / cpu::kPanel, 0, 0);
                 }
-                cpu::gemm(ks, grp.up(e), acts, m, n0, n1, tu, kIBlock);
+                cpu::gemm(ks, grp.up(e), acts, m, n0, n1, tu, ib);
                 for (int64_t i = 0; i < m; ++i)
-                    ks.swiglu_row(tg + i * kIBlock, tu + i * kIBlock, n1 - n0, config_.swiglu, h_all + (s0 + i) * shard + n0);
+                    ks.swiglu_row(tg + i * ib, tu + i * ib, n1 - n0, config_.swiglu, h_all + (s0 + i) * shard + n0);
             }
         }
         eg.barrier->arrive_and_wait();
@@ -548,13 +560,14 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
         eg.barrier->arrive_and_wait();
 
         // 4. Down projection per block of H columns over every active expert, weighted into the partial output.
-        const int64_t hblocks = (H + kHBlock - 1) / kHBlock;
+        const int64_t hblk = eg.h_block;
+        const int64_t hblocks = (H + hblk - 1) / hblk;
         float *td = tile;
         float *partial = eg.partial.as<float>();
         for (;;) {
             const int64_t hb = eg.down_next.next.fetch_add(1, std::memory_order_relaxed);
             if (hb >= hblocks) break;
-            const int64_t h0 = hb * kHBlock, h1 = std::min(H, h0 + kHBlock);
+            const int64_t h0 = hb * hblk, h1 = std::min(H, h0 + hblk);
             for (int64_t t = 0; t < T; ++t) std::memset(partial + t * H + h0, 0, sizeof(float) * static_cast<size_t>(h1 - h0));
             for (int64_t ai = 0; ai < sc.n_active; ++ai) {
                 const int64_t e = sc.active[static_cast<size_t>(ai)];
@@ -575,10 +588,10 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
                     // Prefetch the next active expert's panels of these columns while this one computes.
                     if (ai + 1 < sc.n_active && s0 + kTokenChunk >= s_end)
                         acts.prefetch_next = grp.down(sc.active[static_cast<size_t>(ai) + 1]).tile(h0 / cpu::kPanel, 0, 0);
-                    cpu::gemm(ks, grp.down(e), acts, m, h0, h1, td, kHBlock);
+                    cpu::gemm(ks, grp.down(e), acts, m, h0, h1, td, hblk);
                     for (int64_t i = 0; i < m; ++i) {
                         const int64_t s = s0 + i;
-                        ks.axpy_row(sc.slot_weight[static_cast<size_t>(s)], td + i * kHBlock, h1 - h0,
+                        ks.axpy_row(sc.slot_weight[static_cast<size_t>(s)], td + i * hblk, h1 - h0,
                                     partial + sc.slot_token[static_cast<size_t>(s)] * H + h0);
                     }
                 }

@@ -56,16 +56,16 @@ Status make_config(const kt_expert_pool_params &p, kt::moe::ExpertPoolConfig *c)
                  "kt_expert_pool_create: output_type %d (KT_TYPE_F32 or KT_TYPE_BF16)", p.output_type);
     c->input_bf16 = p.input_type == KT_TYPE_BF16;
     c->output_bf16 = p.output_type == KT_TYPE_BF16;
-    c->threads.n_threads = p.n_threads;
+    c->n_threads = p.n_threads;
     switch (p.numa_policy) {
-        case KT_NUMA_AUTO: c->threads.numa = kt::moe::NumaPolicy::kAuto; break;
-        case KT_NUMA_OFF: c->threads.numa = kt::moe::NumaPolicy::kOff; break;
+        case KT_NUMA_AUTO: c->numa = kt::moe::NumaPolicy::kAuto; break;
+        case KT_NUMA_OFF: c->numa = kt::moe::NumaPolicy::kOff; break;
         case KT_NUMA_NODES:
-            c->threads.numa = kt::moe::NumaPolicy::kNodes;
+            c->numa = kt::moe::NumaPolicy::kNodes;
             KT_RETURN_IF(p.n_numa_nodes < 1 || p.n_numa_nodes > 1024 || !p.numa_nodes, KT_STATUS_INVALID_ARGUMENT,
                          "kt_expert_pool_create: KT_NUMA_NODES needs numa_nodes and 1..1024 n_numa_nodes (got %d)",
                          p.n_numa_nodes);
-            c->threads.numa_nodes.assign(p.numa_nodes, p.numa_nodes + p.n_numa_nodes);
+            c->numa_nodes.assign(p.numa_nodes, p.numa_nodes + p.n_numa_nodes);
             break;
         default: return Status::error(KT_STATUS_INVALID_ARGUMENT, "kt_expert_pool_create: numa_policy %d", p.numa_policy);
     }
@@ -74,7 +74,7 @@ Status make_config(const kt_expert_pool_params &p, kt::moe::ExpertPoolConfig *c)
     c->max_in_flight = p.max_in_flight;
     KT_RETURN_IF(p.spin_microseconds < 0 || p.spin_microseconds > 10'000'000, KT_STATUS_INVALID_ARGUMENT,
                  "kt_expert_pool_create: spin_microseconds %d", p.spin_microseconds);
-    c->threads.spin_ns = static_cast<int64_t>(p.spin_microseconds) * 1000;
+    c->spin_ns = static_cast<int64_t>(p.spin_microseconds) * 1000;
     c->private_threads = p.private_threads != 0;
     return Status::ok();
 }

@@ -80,7 +80,13 @@ Status ExpertPool::init(const ExpertPoolConfig &c) {
     KT_RETURN_IF(!(c.swiglu.limit >= 0.0f) || !(c.swiglu.alpha >= 0.0f), KT_STATUS_INVALID_ARGUMENT,
                  "expert pool: swiglu limit %g / alpha %g must be >= 0", c.swiglu.limit, c.swiglu.alpha);
     config_ = c;
-    KT_TRY(Executor::acquire(c.threads, !c.private_threads, &executor_));
+    ExecutorConfig ec;
+    ec.n_threads = c.n_threads;
+    ec.numa = c.numa;
+    ec.numa_nodes = c.numa_nodes;
+    ec.spin_ns = c.spin_ns;
+    ec.topology = c.topology;
+    KT_TRY(Executor::acquire(ec, !c.private_threads, &executor_));
     cpu::IsaLevel level = cpu::active_isa_level();
     if (static_cast<int>(c.max_isa) < static_cast<int>(level)) level = c.max_isa;
     kernels_ = &cpu::best_kernel_set(level);

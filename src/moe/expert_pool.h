@@ -46,8 +46,13 @@ struct ExpertPoolConfig {
     int32_t int4_group = 128;
     bool input_bf16 = false;
     bool output_bf16 = false;
-    ExecutorConfig threads;
-    bool private_threads = false;  // do not share an executor with other pools
+    // Threads (see executor.h): pools with equal settings share one executor unless private_threads.
+    int32_t n_threads = 0;  // 0: one per physical core of the nodes used
+    NumaPolicy numa = NumaPolicy::kAuto;
+    std::vector<int> numa_nodes;  // kNodes: logical node indexes
+    int64_t spin_ns = kDefaultSpinNs;
+    const mem::Topology *topology = nullptr;  // nullptr: the process topology (honours HWLOC_* variables)
+    bool private_threads = false;
     cpu::SwigluParams swiglu;
     int32_t max_in_flight = 4;  // jobs this pool may have queued before submit blocks
     cpu::IsaLevel max_isa = cpu::IsaLevel::kAmx;  // further cap on top of kt::cpu::active_isa_level()

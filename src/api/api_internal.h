@@ -7,10 +7,12 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <unordered_set>
 
 #include "core/status.h"
 #include "kt.h"
 #include "model/gguf/gguf.h"
+#include "model/tokenizer/tokenizer.h"
 
 // Per-handle "last error": guarded by a mutex so that concurrent readers of a shared handle stay safe.
 struct kt_error_slot {
@@ -29,6 +31,15 @@ struct kt_error_slot {
 
 struct kt_model {
     std::unique_ptr<kt::gguf::File> file;
+    kt_error_slot error;
+    kt::tokenizer::LazyTokenizer tokenizer;  // built from the metadata on first use (api_tokenizer.cpp)
+};
+
+struct kt_gguf_writer {
+    kt::gguf::Writer writer;
+    // Keys and tensor names added so far, so that a duplicate is rejected by the call that adds it.
+    std::unordered_set<std::string> keys;
+    std::unordered_set<std::string> tensor_names;
     kt_error_slot error;
 };
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "backends/cpu/amx/amx_gemm.h"
 #include "core/log.h"
 #include "ops/types.h"
 
@@ -87,7 +88,7 @@ Status ExpertPool::init(const ExpertPoolConfig &c) {
     ec.spin_ns = c.spin_ns;
     ec.topology = c.topology;
     KT_TRY(Executor::acquire(ec, !c.private_threads, &executor_));
-    cpu::IsaLevel level = cpu::active_isa_level();
+    cpu::IsaLevel level = cpu::kernel_level();
     if (static_cast<int>(c.max_isa) < static_cast<int>(level)) level = c.max_isa;
     kernels_ = &cpu::best_kernel_set(level);
     for (int g = 0; g < executor_->groups(); ++g) {
@@ -452,6 +453,9 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
     Executor::Group &eg = ex.group(g);
     const Group &grp = *groups_[static_cast<size_t>(g)];
     float *tile = eg.tiles.as<float>() + static_cast<int64_t>(tid - eg.t_begin) * kTileFloats;
+    // AMX kernels configure this thread's tiles once per job (the session restores them at the end).
+    cpu::amx::TileSession tile_session;
+    void *const session = ks.level == cpu::IsaLevel::kAmx ? &tile_session : nullptr;
     int8_t *xq = sc.xq.as<int8_t>();
     uint16_t *xb = sc.xq.as<uint16_t>();
     float *x_scale = sc.x_scale.as<float>();
@@ -494,6 +498,7 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
             for (int64_t s0 = s_begin; s0 < s_end; s0 += kTokenChunk) {
                 const int64_t m = std::min(kTokenChunk, s_end - s0);
                 GemmActs acts;
+                acts.tile_session = session;
                 acts.rows = sc.slot_token.data() + s0;
                 if (gate_up_int_) {
                     acts.q = xq;
@@ -581,6 +586,7 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
                 for (int64_t s0 = s_begin; s0 < s_end; s0 += kTokenChunk) {
                     const int64_t m = std::min(kTokenChunk, s_end - s0);
                     GemmActs acts;
+                    acts.tile_session = session;
                     if (down_int_) {
                         acts.q = eg.hq.as<int8_t>() + s0 * dkp;
                         acts.q_ld = dkp;
@@ -620,6 +626,7 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
         void *dst = static_cast<uint8_t *>(job.output) + static_cast<size_t>(t * H + c0) * out_elt;
         ks.merge_row(srcs, n_src, c1 - c0, dst, config_.output_bf16, job.accumulate);
     }
+    (void)tile_session.end();  // a no-op unless AMX ran on this thread
 }
 
 }  // namespace kt::moe

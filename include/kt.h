@@ -609,9 +609,10 @@ KT_API const char *kt_isa_name(int32_t level);
 /* per token) and so is each intermediate row for the down projection; accumulation is exact in int32 per scale  */
 /* group and fp32 above it. BF16 weights use bf16 activations with fp32 accumulation.                            */
 /*                                                                                                               */
-/* Threads and NUMA: the pool owns its worker threads (by default one per physical core, pinned), grouped by NUMA */
-/* node; each expert's intermediate dimension is split across the nodes used, each node holding its part of the  */
-/* weights in its own memory. Idle workers sleep (they spin briefly after each call first).                      */
+/* Threads and NUMA: pools run on worker threads (by default one per physical core, pinned), grouped by NUMA node, */
+/* shared by all pools created with the same thread settings (see private_threads); each expert's intermediate    */
+/* dimension is split across the nodes used, each node holding its part of the weights in its own memory. Idle    */
+/* workers sleep (they spin briefly after each call first).                                                       */
 /*                                                                                                               */
 /* Thread safety: every function may be called from any thread; calls on one pool are serialized internally, so  */
 /* submissions from several threads are queued in the order the calls acquire the pool. kt_expert_pool_wait does */
@@ -650,6 +651,9 @@ typedef struct kt_expert_pool_params {
     float swiglu_alpha;         /* > 0: gate * sigmoid(alpha * gate) * (up + 1) instead of silu(gate) * up. Default 0 */
     int32_t max_in_flight;      /* jobs kt_expert_pool_submit may queue before it blocks. Default 4 */
     int32_t spin_microseconds;  /* how long idle workers spin before sleeping. Default 100 */
+    int32_t private_threads;    /* 0 (default): pools with equal n_threads, numa and spin settings share one set of
+                                   worker threads, one job queue (FIFO across those pools) and one scratch memory, as
+                                   the layers of a model should; 1: this pool gets its own */
 } kt_expert_pool_params;
 
 /* Fills *params with struct_size and the defaults above (the three sizes are 0 and must be set). */

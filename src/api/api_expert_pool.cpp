@@ -75,6 +75,7 @@ Status make_config(const kt_expert_pool_params &p, kt::moe::ExpertPoolConfig *c)
     KT_RETURN_IF(p.spin_microseconds < 0 || p.spin_microseconds > 10'000'000, KT_STATUS_INVALID_ARGUMENT,
                  "kt_expert_pool_create: spin_microseconds %d", p.spin_microseconds);
     c->spin_ns = static_cast<int64_t>(p.spin_microseconds) * 1000;
+    c->private_threads = p.private_threads != 0;
     return Status::ok();
 }
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "backends/cpu/amx/amx_gemm.h"
 #include "core/log.h"
 #include "ops/types.h"
 
@@ -16,84 +17,47 @@ using cpu::PackedMatrix;
 
 namespace {
 
-// Task granularity. Gate/up tasks cover 64 rows of an expert's I shard (two panels), down tasks 64 columns of H:
-// small enough that decode (one token, ~10 active experts) yields a hundred tasks for dynamic balancing, large
-// enough that the per-task overhead (an atomic increment, pointer setup) is noise next to 64 x H weights.
-constexpr int64_t kIBlock = 64;
-constexpr int64_t kHBlock = 64;
-// Tokens per GEMM call inside a task: bounds the task's fp32 scratch (kTokenChunk x 64 floats per matrix, in L1/L2).
+// Task granularity, chosen per call: gate/up tasks cover a block of rows of an expert's I shard, down tasks a block
+// of H columns (whole 32-wide panels). Long blocks make long contiguous weight streams (a block's panels are
+// adjacent in memory), which the prefetchers sustain better than many short ones: decode is bandwidth bound. Blocks
+// shrink (to one panel) until each group has at least kTasksPerThread tasks per thread for dynamic balancing.
+constexpr int64_t kMaxBlock = 256;
+constexpr int64_t kTasksPerThread = 4;
+// Tokens per GEMM call inside a task: bounds the task's fp32 scratch (kTokenChunk x block floats per matrix).
 constexpr int64_t kTokenChunk = 64;
+constexpr int64_t kTileFloats = kTokenChunk * 2 * kMaxBlock;  // per thread: gate and up outputs (or down's)
 // Rows per item when quantizing activations / merging outputs.
 constexpr int64_t kRowChunk = 4;
 constexpr int64_t kMergeChunk = 1024;
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-struct alignas(64) Counter {
-    std::atomic<int64_t> next{0};
-};
-
-Status allocate(size_t bytes, const mem::Topology *topo, int node, mem::NumaBuffer *out) {
-    return mem::NumaBuffer::allocate(std::max<size_t>(bytes, 64), topo, node, out);
+// The largest block (a multiple of 32, at most kMaxBlock) that still cuts `extent` x `count` into enough tasks.
+int64_t task_block(int64_t extent, int64_t count, int threads) {
+    int64_t block = kMaxBlock;
+    while (block > cpu::kPanel && count * ((extent + block - 1) / block) < kTasksPerThread * threads) block /= 2;
+    return block;
 }
 
 }  // namespace
 
-// ------------------------------------------------------------------------------------------------------------
-// State
-
-struct ExpertPool::Job {
-    enum Kind { kForward, kCallback } kind = kForward;
-    ForwardArgs args;
-    bool masked = false;
-    std::vector<uint8_t> mask;  // [E], a snapshot of the pool's mask at submission
-    const FunctionRef<Status()> *callback = nullptr;
-    Status status;
-};
-
-// One NUMA group: its threads, its I shard, its weights and scratch (all on its node).
+// This pool's part of one executor group: its I shard, the shard's packed weights (on the group's node).
 struct ExpertPool::Group {
     int node = 0;
-    int t_begin = 0, t_end = 0;  // thread indexes
-    std::unique_ptr<Barrier> barrier;
-    int64_t i_begin = 0, i_end = 0;  // I shard
+    int64_t i_begin = 0, i_end = 0;
     int64_t shard() const { return i_end - i_begin; }
-
     PackedLayout gate_l, up_l, down_l;
     size_t gate_stride = 0, up_stride = 0, down_stride = 0;  // bytes per expert
     mem::NumaBuffer gate_w, up_w, down_w;
-
-    // Scratch: h [slots][shard] fp32; its quantized form [slots][down kp] (+ scale, sums) or bf16; partial output
-    // [tokens][H] fp32; per-thread GEMM tiles.
-    mem::NumaBuffer h, hq, h_scale, h_sums, partial, tiles;
-    mem::NumaBuffer slot_amax;  // [slots]: max |h| over this shard, combined across shards into one scale per row
     int64_t h_sums_ld = 0;
-    int64_t tile_floats = 0;  // per thread
-
-    Counter gate_up_next, amax_next, hq_next, down_next;
 
     PackedMatrix gate(int64_t e) const { return {gate_l, gate_w.as<uint8_t>() + e * gate_stride}; }
     PackedMatrix up(int64_t e) const { return {up_l, up_w.as<uint8_t>() + e * up_stride}; }
     PackedMatrix down(int64_t e) const { return {down_l, down_w.as<uint8_t>() + e * down_stride}; }
 };
 
-// Shared scratch: routing buckets and the quantized input (on the first group's node).
-struct ExpertPool::Scratch {
-    int64_t n_slots = 0, n_active = 0;
-    std::vector<int32_t> count, offset, active;        // [E], [E + 1], [E]
-    std::vector<int32_t> slot_token;                   // [max_slots], grouped by expert
-    std::vector<float> slot_weight;                    // [max_slots]
-    int64_t x_ld = 0;                                  // padded H
-    cpu::QuantSpec gate_spec, up_spec, down_spec;
-    bool gate_up_int = true, down_int = true;
-    int shards = 0;  // groups with a non-empty shard of I
-    mem::NumaBuffer xq, x_scale, x_sums_gate, x_sums_up;  // or xq holds bf16 rows
-    int64_t sums_gate_ld = 0, sums_up_ld = 0;
-    Counter x_next, merge_next;
-};
-
 // ------------------------------------------------------------------------------------------------------------
-// Creation and teardown
+// Creation
 
 Status ExpertPool::create(const ExpertPoolConfig &config, std::unique_ptr<ExpertPool> *out) {
     std::unique_ptr<ExpertPool> pool(new ExpertPool());
@@ -114,163 +78,79 @@ Status ExpertPool::init(const ExpertPoolConfig &c) {
                  "expert pool: max_top_k = %d", c.max_top_k);
     KT_RETURN_IF(c.max_in_flight < 1 || c.max_in_flight > 1024, KT_STATUS_INVALID_ARGUMENT,
                  "expert pool: max_in_flight = %d", c.max_in_flight);
-    KT_RETURN_IF(c.n_threads < 0 || c.n_threads > 4096, KT_STATUS_INVALID_ARGUMENT, "expert pool: n_threads = %d",
-                 c.n_threads);
-    KT_RETURN_IF(c.spin_ns < 0, KT_STATUS_INVALID_ARGUMENT, "expert pool: negative spin time");
     KT_RETURN_IF(!(c.swiglu.limit >= 0.0f) || !(c.swiglu.alpha >= 0.0f), KT_STATUS_INVALID_ARGUMENT,
                  "expert pool: swiglu limit %g / alpha %g must be >= 0", c.swiglu.limit, c.swiglu.alpha);
     config_ = c;
-
-    topology_ = c.topology;
-    if (!topology_) KT_TRY(mem::Topology::shared(&topology_));
-    switch (c.numa) {
-        case NumaPolicy::kAuto: KT_TRY(mem::plan_threads(*topology_, c.n_threads, {}, &plan_)); break;
-        case NumaPolicy::kNodes:
-            KT_RETURN_IF(c.numa_nodes.empty(), KT_STATUS_INVALID_ARGUMENT, "expert pool: an empty NUMA node list");
-            KT_TRY(mem::plan_threads(*topology_, c.n_threads, c.numa_nodes, &plan_));
-            break;
-        case NumaPolicy::kOff: {
-            // One group; threads still pinned to distinct cores, memory left to the OS.
-            KT_TRY(mem::plan_threads(*topology_, std::max<int>(c.n_threads, static_cast<int>(topology_->nodes().size())),
-                                     {}, &plan_));
-            if (c.n_threads > 0 && static_cast<int>(plan_.threads.size()) > c.n_threads) plan_.threads.resize(static_cast<size_t>(c.n_threads));
-            for (auto &t : plan_.threads) t.group = 0;
-            plan_.nodes = {-1};
-            plan_.group_begin = {0, static_cast<int>(plan_.threads.size())};
-            break;
-        }
-        default: return Status::error(KT_STATUS_INVALID_ARGUMENT, "expert pool: numa policy %d", static_cast<int>(c.numa));
-    }
-
-    cpu::IsaLevel level = cpu::active_isa_level();
+    ExecutorConfig ec;
+    ec.n_threads = c.n_threads;
+    ec.numa = c.numa;
+    ec.numa_nodes = c.numa_nodes;
+    ec.spin_ns = c.spin_ns;
+    ec.topology = c.topology;
+    KT_TRY(Executor::acquire(ec, !c.private_threads, &executor_));
+    cpu::IsaLevel level = cpu::kernel_level();
     if (static_cast<int>(c.max_isa) < static_cast<int>(level)) level = c.max_isa;
     kernels_ = &cpu::best_kernel_set(level);
-
-    const int n = static_cast<int>(plan_.threads.size());
-    thread_group_.resize(static_cast<size_t>(n));
-    for (int g = 0; g < plan_.groups(); ++g) {
+    for (int g = 0; g < executor_->groups(); ++g) {
         auto grp = std::make_unique<Group>();
-        grp->node = plan_.nodes[static_cast<size_t>(g)];
-        grp->t_begin = plan_.group_begin[static_cast<size_t>(g)];
-        grp->t_end = plan_.group_begin[static_cast<size_t>(g) + 1];
-        grp->barrier = std::make_unique<Barrier>(grp->t_end - grp->t_begin, c.spin_ns);
-        for (int t = grp->t_begin; t < grp->t_end; ++t) thread_group_[static_cast<size_t>(t)] = g;
+        grp->node = executor_->group(g).node;
         groups_.push_back(std::move(grp));
     }
-
-    ThreadPoolOptions po;
-    po.n_threads = n;
-    po.spin_ns = c.spin_ns;
-    po.name = "kt-expert";
-    const mem::Topology *topo = topology_;
-    const mem::ThreadPlan *plan = &plan_;
-    po.on_worker_start = [topo, plan](int index) {
-        const int pu = plan->threads[static_cast<size_t>(index)].pu;
-        if (pu >= 0 && topo->can_bind_threads()) {
-            const Status s = topo->bind_current_thread(pu);
-            if (!s.is_ok()) KT_LOG_WARN_MSG("expert pool: worker %d stays unpinned: %s", index, s.message().c_str());
-        }
-    };
-    KT_TRY(ThreadPool::create(po, &pool_));
-
-    ring_.resize(static_cast<size_t>(c.max_in_flight));
-    for (auto &j : ring_) {
-        j = std::make_unique<Job>();
-        j->mask.reserve(static_cast<size_t>(c.n_experts));
-    }
-    scratch_ = std::make_unique<Scratch>();
+    recent_.assign(static_cast<size_t>(c.max_in_flight), 0);
+    mask_.reserve(static_cast<size_t>(c.n_experts));
     info_.kernel_set = kernels_->name;
-    info_.groups = plan_.groups();
-    for (int g = 0; g < plan_.groups(); ++g) {
-        info_.group_nodes.push_back(plan_.nodes[static_cast<size_t>(g)]);
-        info_.group_threads.push_back(plan_.group_size(g));
+    info_.groups = executor_->groups();
+    for (int g = 0; g < executor_->groups(); ++g) {
+        info_.group_nodes.push_back(executor_->group(g).node);
+        info_.group_threads.push_back(executor_->group(g).threads());
     }
-    try {
-        driver_ = std::thread([this] { driver_main(); });
-    } catch (const std::system_error &e) {
-        return Status::error(KT_STATUS_OUT_OF_MEMORY, "expert pool: cannot start the driver thread: %s", e.what());
-    }
-    KT_LOG_INFO_MSG("expert pool: %d threads in %d group(s), kernels %s; %s", n, plan_.groups(), kernels_->name,
-                    topology_->describe().c_str());
     return Status::ok();
 }
 
 ExpertPool::~ExpertPool() {
-    if (driver_.joinable()) {
-        stop_.store(true, std::memory_order_release);
-        submit_event_.fetch_add(1, std::memory_order_release);
-        submit_event_.notify_all();
-        driver_.join();
-    }
+    if (executor_) executor_->wait_for(last_ticket_.load(std::memory_order_acquire));
 }
 
 // ------------------------------------------------------------------------------------------------------------
-// The job queue
+// Jobs
 
-void ExpertPool::driver_main() {
-    const int pu = plan_.threads.empty() ? -1 : plan_.threads[0].pu;
-    if (pu >= 0 && topology_->can_bind_threads()) {
-        const Status s = topology_->bind_current_thread(pu);
-        if (!s.is_ok()) KT_LOG_WARN_MSG("expert pool: driver stays unpinned: %s", s.message().c_str());
-    }
-    for (uint64_t next = 1;; ++next) {
-        spin_then_wait(submit_event_, config_.spin_ns, [&](uint32_t) {
-            return submitted_.load(std::memory_order_acquire) >= next || stop_.load(std::memory_order_acquire);
-        });
-        if (submitted_.load(std::memory_order_acquire) < next) return;  // stopping, queue empty
-        Job &job = *ring_[static_cast<size_t>((next - 1) % ring_.size())];
-        execute(job);
-        if (!job.status.is_ok()) {
-            std::lock_guard<std::mutex> lock(error_mutex_);
-            if (first_error_.is_ok()) first_error_ = job.status;
-        }
-        completed_.store(next, std::memory_order_release);
-        complete_event_.fetch_add(1, std::memory_order_release);
-        complete_event_.notify_all();
-    }
-}
-
-Status ExpertPool::enqueue(Job &&job, uint64_t *ticket) {
-    const uint64_t t = submitted_.load(std::memory_order_relaxed) + 1;
-    const uint64_t cap = ring_.size();
-    // Wait for a free slot: job t may be written once job t - cap has completed.
-    spin_then_wait(complete_event_, config_.spin_ns,
-                   [&](uint32_t) { return t <= completed_.load(std::memory_order_acquire) + cap; });
-    Job &slot = *ring_[static_cast<size_t>((t - 1) % cap)];
-    slot.kind = job.kind;
-    slot.args = job.args;
-    slot.masked = job.masked;
-    slot.mask.assign(job.mask.begin(), job.mask.end());  // capacity reserved at creation: no allocation
-    slot.callback = job.callback;
-    slot.status = Status::ok();
-    submitted_.store(t, std::memory_order_release);
-    submit_event_.fetch_add(1, std::memory_order_release);
-    submit_event_.notify_all();
+Status ExpertPool::submit(const ForwardArgs &args, uint64_t *ticket) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    KT_RETURN_IF(!loaded_, KT_STATUS_MISUSE, "expert pool: no weights loaded");
+    KT_TRY(validate(args));
+    // At most max_in_flight of this pool's jobs queued: wait for the one submitted max_in_flight jobs ago.
+    uint64_t &oldest = recent_[static_cast<size_t>(submitted_jobs_ % recent_.size())];
+    if (oldest) executor_->wait_for(oldest);
+    Job job;
+    job.kind = Job::kForward;
+    job.pool = this;
+    job.n_tokens = args.n_tokens;
+    job.top_k = args.top_k;
+    job.input = args.input;
+    job.ids = args.ids;
+    job.ids_i64 = args.ids_i64;
+    job.weights = args.weights;
+    job.output = args.output;
+    job.accumulate = args.accumulate;
+    job.masked = !mask_.empty();
+    job.mask.swap(mask_);  // lent to the executor, which copies it into the ring slot
+    uint64_t t = 0;
+    const Status s = executor_->enqueue(job, &t);
+    mask_.swap(job.mask);
+    KT_TRY(s);
+    oldest = t;
+    ++submitted_jobs_;
+    last_ticket_.store(t, std::memory_order_release);
     if (ticket) *ticket = t;
     return Status::ok();
 }
 
-Status ExpertPool::submit(const ForwardArgs &args, uint64_t *ticket) {
-    std::lock_guard<std::mutex> lock(api_mutex_);
-    KT_RETURN_IF(!loaded_, KT_STATUS_MISUSE, "expert pool: no weights loaded");
-    KT_TRY(validate(args));
-    Job job;
-    job.kind = Job::kForward;
-    job.args = args;
-    job.masked = !mask_.empty();
-    job.mask.swap(mask_);  // moved in and back below: no copy on this thread beyond the one into the slot
-    const Status s = enqueue(std::move(job), ticket);
-    mask_.swap(job.mask);
-    return s;
-}
-
 Status ExpertPool::wait(uint64_t ticket) {
-    const uint64_t target = ticket == 0 ? submitted_.load(std::memory_order_acquire) : ticket;
-    KT_RETURN_IF(target > submitted_.load(std::memory_order_acquire), KT_STATUS_INVALID_ARGUMENT,
+    const uint64_t target = ticket == 0 ? last_ticket_.load(std::memory_order_acquire) : ticket;
+    KT_RETURN_IF(target > executor_->submitted(), KT_STATUS_INVALID_ARGUMENT,
                  "expert pool: wait for ticket %llu, but only %llu jobs were submitted",
-                 static_cast<unsigned long long>(target), static_cast<unsigned long long>(submitted_.load()));
-    spin_then_wait(complete_event_, config_.spin_ns,
-                   [&](uint32_t) { return completed_.load(std::memory_order_acquire) >= target; });
+                 static_cast<unsigned long long>(target), static_cast<unsigned long long>(executor_->submitted()));
+    executor_->wait_for(target);
     std::lock_guard<std::mutex> lock(error_mutex_);
     Status s = std::move(first_error_);
     first_error_ = Status::ok();
@@ -283,36 +163,14 @@ Status ExpertPool::forward(const ForwardArgs &args) {
     return wait(ticket);
 }
 
-void ExpertPool::drain() {
-    const uint64_t target = submitted_.load(std::memory_order_acquire);
-    spin_then_wait(complete_event_, config_.spin_ns,
-                   [&](uint32_t) { return completed_.load(std::memory_order_acquire) >= target; });
-}
-
-Status ExpertPool::run_on_driver(FunctionRef<Status()> fn) {
-    Job job;
-    job.kind = Job::kCallback;
-    job.callback = &fn;
-    uint64_t ticket = 0;
-    KT_TRY(enqueue(std::move(job), &ticket));
-    spin_then_wait(complete_event_, config_.spin_ns,
-                   [&](uint32_t) { return completed_.load(std::memory_order_acquire) >= ticket; });
-    const Job &done = *ring_[static_cast<size_t>((ticket - 1) % ring_.size())];
-    Status s = done.status;
-    std::lock_guard<std::mutex> lock(error_mutex_);
-    first_error_ = Status::ok();  // reported here, not by a later wait()
-    return s;
-}
-
 Status ExpertPool::set_mask(const uint8_t *mask, int64_t n) {
-    std::lock_guard<std::mutex> lock(api_mutex_);
+    std::lock_guard<std::mutex> lock(mutex_);
     if (!mask) {
         mask_.clear();
         return Status::ok();
     }
     KT_RETURN_IF(n != config_.n_experts, KT_STATUS_INVALID_ARGUMENT, "expert pool: mask of %lld entries for %lld experts",
                  static_cast<long long>(n), static_cast<long long>(config_.n_experts));
-    mask_.reserve(static_cast<size_t>(n));
     mask_.assign(mask, mask + n);
     return Status::ok();
 }
@@ -342,8 +200,8 @@ Status ExpertPool::validate(const ForwardArgs &a) const {
 
 Status ExpertPool::load(const MatrixSource &gate, const MatrixSource &up, const MatrixSource &down,
                         int64_t first_expert, int64_t n_experts) {
-    std::lock_guard<std::mutex> lock(api_mutex_);
-    drain();
+    std::lock_guard<std::mutex> lock(mutex_);
+    executor_->wait_for(last_ticket_.load(std::memory_order_acquire));  // none of this pool's jobs may be running
     const auto start = std::chrono::steady_clock::now();
     const int64_t E = config_.n_experts, H = config_.hidden, I = config_.intermediate;
     if (n_experts < 0) n_experts = E - first_expert;
@@ -364,6 +222,9 @@ Status ExpertPool::load(const MatrixSource &gate, const MatrixSource &up, const 
     KT_TRY(pack_spec_for(gate, config_.format, config_.int4_group, &gs).with_context("gate"));
     KT_TRY(pack_spec_for(up, config_.format, config_.int4_group, &us).with_context("up"));
     KT_TRY(pack_spec_for(down, config_.format, config_.int4_group, &ds).with_context("down"));
+    KT_RETURN_IF((gs.type == cpu::PackedType::kBf16) != (us.type == cpu::PackedType::kBf16), KT_STATUS_UNSUPPORTED,
+                 "expert pool: gate (%s) and up (%s) must both be BF16 or both integer formats",
+                 cpu::packed_type_info(gs.type).name, cpu::packed_type_info(us.type).name);
     const int64_t gran = std::lcm(int64_t{32}, slice_k_granularity(down, ds));
     // A load of all experts, or of experts whose packed types differ from those in place, starts over; a load of
     // some experts in the types in place replaces just those.
@@ -392,33 +253,37 @@ Status ExpertPool::load(const MatrixSource &gate, const MatrixSource &up, const 
 
 Status ExpertPool::prepare(const PackSpec &gs, const PackSpec &us, const PackSpec &ds, int64_t gran) {
     const int64_t E = config_.n_experts, H = config_.hidden, I = config_.intermediate;
+    Executor &ex = *executor_;
     // Shards of I: proportional to each group's threads, cut where every format allows (32-row panels for gate/up,
     // the down format's K granularity).
     const int n_groups = static_cast<int>(groups_.size());
-    const int total_threads = static_cast<int>(plan_.threads.size());
     int64_t begin = 0;
     for (int g = 0; g < n_groups; ++g) {
         Group &grp = *groups_[static_cast<size_t>(g)];
         int64_t end = I;
         if (g + 1 < n_groups) {
-            const int before = grp.t_end;  // threads of groups 0..g
-            end = std::min(I, round_up(I * before / total_threads, gran));
-            end = std::max(end, begin);
+            const int before = ex.group(g).t_end;  // threads of groups 0..g
+            end = std::max(begin, std::min(I, round_up(I * before / ex.threads(), gran)));
         }
         grp.i_begin = begin;
         grp.i_end = end;
         begin = end;
     }
 
-    // Layouts and buffers, per group on its node.
-    Scratch &sc = *scratch_;
+    // Weights per group on its node; the scratch this pool needs, which the executor provides.
     const int64_t max_slots = config_.max_tokens * config_.max_top_k;
+    ScratchNeeds need;
+    need.groups.resize(groups_.size());
+    need.experts = E;
+    need.slots = max_slots;
     info_.weight_bytes = 0;
     info_.shard_begin.clear();
     info_.placement.clear();
-    for (auto &gp : groups_) {
-        Group &grp = *gp;
-        const mem::Topology *topo = grp.node >= 0 ? topology_ : nullptr;
+    shards_ = 0;
+    const Group *first = nullptr;
+    for (size_t g = 0; g < groups_.size(); ++g) {
+        Group &grp = *groups_[g];
+        const mem::Topology *topo = grp.node >= 0 ? &ex.topology() : nullptr;
         info_.shard_begin.push_back(grp.i_begin);
         grp.gate_w = mem::NumaBuffer();
         grp.up_w = mem::NumaBuffer();
@@ -427,94 +292,79 @@ Status ExpertPool::prepare(const PackSpec &gs, const PackSpec &us, const PackSpe
             info_.placement.emplace_back("empty");
             continue;
         }
+        ++shards_;
+        if (!first) first = &grp;
         KT_TRY(cpu::packed_layout(gs.type, grp.shard(), H, gs.group, 0, &grp.gate_l).with_context("gate"));
         KT_TRY(cpu::packed_layout(us.type, grp.shard(), H, us.group, 0, &grp.up_l).with_context("up"));
         const int32_t offset = cpu::packed_type_info(ds.type).superblock > 0 ? static_cast<int32_t>(grp.i_begin % 256) : 0;
         KT_TRY(cpu::packed_layout(ds.type, H, grp.shard(), ds.group, offset, &grp.down_l).with_context("down"));
-        grp.gate_stride = round_up(static_cast<int64_t>(grp.gate_l.bytes), 64);
-        grp.up_stride = round_up(static_cast<int64_t>(grp.up_l.bytes), 64);
-        grp.down_stride = round_up(static_cast<int64_t>(grp.down_l.bytes), 64);
-        KT_TRY(allocate(grp.gate_stride * E, topo, grp.node, &grp.gate_w));
-        KT_TRY(allocate(grp.up_stride * E, topo, grp.node, &grp.up_w));
-        KT_TRY(allocate(grp.down_stride * E, topo, grp.node, &grp.down_w));
+        grp.gate_stride = static_cast<size_t>(round_up(static_cast<int64_t>(grp.gate_l.bytes), 64));
+        grp.up_stride = static_cast<size_t>(round_up(static_cast<int64_t>(grp.up_l.bytes), 64));
+        grp.down_stride = static_cast<size_t>(round_up(static_cast<int64_t>(grp.down_l.bytes), 64));
+        KT_TRY(mem::NumaBuffer::allocate(grp.gate_stride * static_cast<size_t>(E), topo, grp.node, &grp.gate_w));
+        KT_TRY(mem::NumaBuffer::allocate(grp.up_stride * static_cast<size_t>(E), topo, grp.node, &grp.up_w));
+        KT_TRY(mem::NumaBuffer::allocate(grp.down_stride * static_cast<size_t>(E), topo, grp.node, &grp.down_w));
         info_.weight_bytes += (grp.gate_stride + grp.up_stride + grp.down_stride) * static_cast<uint64_t>(E);
         info_.placement.emplace_back(mem::placement_name(grp.gate_w.placement()));
 
-        // Scratch.
+        ScratchNeeds::PerGroup &pg = need.groups[g];
         const bool down_int = grp.down_l.type != cpu::PackedType::kBf16;
-        const int64_t dkp = grp.down_l.kp;
-        KT_TRY(allocate(sizeof(float) * max_slots * grp.shard(), topo, grp.node, &grp.h));
-        KT_TRY(allocate((down_int ? 1 : 2) * max_slots * dkp, topo, grp.node, &grp.hq));
+        const size_t dkp = static_cast<size_t>(grp.down_l.kp), slots = static_cast<size_t>(max_slots);
+        pg.h = sizeof(float) * slots * static_cast<size_t>(grp.shard());
+        pg.hq = (down_int ? 1 : 2) * slots * dkp;
         if (down_int) {
-            sc.down_spec = cpu::quant_spec(grp.down_l);
-            grp.h_sums_ld = cpu::quant_sums_per_row(sc.down_spec, grp.shard());
-            KT_TRY(allocate(sizeof(float) * max_slots, topo, grp.node, &grp.h_scale));
-            KT_TRY(allocate(sizeof(float) * max_slots, topo, grp.node, &grp.slot_amax));
-            KT_TRY(allocate(sizeof(int32_t) * max_slots * grp.h_sums_ld, topo, grp.node, &grp.h_sums));
+            down_spec_ = cpu::quant_spec(grp.down_l);
+            grp.h_sums_ld = cpu::quant_sums_per_row(down_spec_, grp.shard());
+            pg.h_scale = sizeof(float) * slots;
+            pg.slot_amax = sizeof(float) * slots;
+            pg.h_sums = sizeof(int32_t) * slots * static_cast<size_t>(grp.h_sums_ld);
         }
-        KT_TRY(allocate(sizeof(float) * config_.max_tokens * H, topo, grp.node, &grp.partial));
-        grp.tile_floats = kTokenChunk * std::max(2 * kIBlock, kHBlock);
-        KT_TRY(allocate(sizeof(float) * grp.tile_floats * (grp.t_end - grp.t_begin), topo, grp.node, &grp.tiles));
+        pg.partial = sizeof(float) * static_cast<size_t>(config_.max_tokens * H);
+        pg.tiles = sizeof(float) * static_cast<size_t>(kTileFloats * ex.group(static_cast<int>(g)).threads());
     }
-    const Group *first = nullptr;
-    for (auto &gp : groups_)
-        if (gp->shard() > 0) {
-            first = gp.get();
-            break;
-        }
     KT_RETURN_IF(!first, KT_STATUS_INTERNAL, "expert pool: no group received a shard of I = %lld", static_cast<long long>(I));
     info_.gate_type = cpu::packed_type_info(first->gate_l.type).name;
     info_.up_type = cpu::packed_type_info(first->up_l.type).name;
     info_.down_type = cpu::packed_type_info(first->down_l.type).name;
     info_.expert_bytes = info_.weight_bytes / static_cast<uint64_t>(E);
-    sc.shards = 0;
-    for (auto &gp : groups_) sc.shards += gp->shard() > 0;
     info_.shard_begin.push_back(I);
 
     // The input's activation buffers (one quantization shared by gate and up when their formats agree).
-    sc.gate_up_int = first->gate_l.type != cpu::PackedType::kBf16;
-    KT_RETURN_IF(sc.gate_up_int != (first->up_l.type != cpu::PackedType::kBf16), KT_STATUS_UNSUPPORTED,
-                 "expert pool: gate (%s) and up (%s) must both be BF16 or both integer formats", info_.gate_type.c_str(),
-                 info_.up_type.c_str());
-    sc.down_int = first->down_l.type != cpu::PackedType::kBf16;
-    sc.x_ld = std::max(first->gate_l.kp, first->up_l.kp);
-    const mem::Topology *topo0 = first->node >= 0 ? topology_ : nullptr;
-    KT_TRY(allocate((sc.gate_up_int ? 1 : 2) * config_.max_tokens * sc.x_ld, topo0, first->node, &sc.xq));
-    if (sc.gate_up_int) {
-        sc.gate_spec = cpu::quant_spec(first->gate_l);
-        sc.up_spec = cpu::quant_spec(first->up_l);
-        sc.sums_gate_ld = cpu::quant_sums_per_row(sc.gate_spec, H);
-        sc.sums_up_ld = cpu::quant_sums_per_row(sc.up_spec, H);
-        KT_TRY(allocate(sizeof(float) * config_.max_tokens, topo0, first->node, &sc.x_scale));
-        KT_TRY(allocate(sizeof(int32_t) * config_.max_tokens * sc.sums_gate_ld, topo0, first->node, &sc.x_sums_gate));
-        if (!(sc.up_spec == sc.gate_spec))
-            KT_TRY(allocate(sizeof(int32_t) * config_.max_tokens * sc.sums_up_ld, topo0, first->node, &sc.x_sums_up));
+    gate_up_int_ = first->gate_l.type != cpu::PackedType::kBf16;
+    down_int_ = first->down_l.type != cpu::PackedType::kBf16;
+    x_ld_ = std::max(first->gate_l.kp, first->up_l.kp);
+    const size_t tokens = static_cast<size_t>(config_.max_tokens);
+    need.xq = (gate_up_int_ ? 1 : 2) * tokens * static_cast<size_t>(x_ld_);
+    if (gate_up_int_) {
+        gate_spec_ = cpu::quant_spec(first->gate_l);
+        up_spec_ = cpu::quant_spec(first->up_l);
+        separate_up_sums_ = !(up_spec_ == gate_spec_);
+        sums_gate_ld_ = cpu::quant_sums_per_row(gate_spec_, H);
+        sums_up_ld_ = cpu::quant_sums_per_row(up_spec_, H);
+        need.x_scale = sizeof(float) * tokens;
+        need.x_sums_gate = sizeof(int32_t) * tokens * static_cast<size_t>(sums_gate_ld_);
+        if (separate_up_sums_) need.x_sums_up = sizeof(int32_t) * tokens * static_cast<size_t>(sums_up_ld_);
     }
-    sc.count.assign(static_cast<size_t>(E), 0);
-    sc.offset.assign(static_cast<size_t>(E + 1), 0);
-    sc.active.assign(static_cast<size_t>(E), 0);
-    sc.slot_token.assign(static_cast<size_t>(max_slots), 0);
-    sc.slot_weight.assign(static_cast<size_t>(max_slots), 0.0f);
-
-    return Status::ok();
+    return ex.reserve(need);
 }
 
 Status ExpertPool::pack_experts(const MatrixSource &gate, const MatrixSource &up, const MatrixSource &down,
                                 int64_t first_expert, int64_t n) {
     const int64_t H = config_.hidden, I = config_.intermediate;
     const PackSpec gs = specs_[0], us = specs_[1], ds = specs_[2];
-    // Pack: each group's threads pack that group's shard of every expert (first touch on the right node), from
-    // the driver thread so that thread 0 is on the first node too.
+    Executor &ex = *executor_;
+    // Each group's threads pack that group's shard of every expert (first touch on the right node), from the
+    // driver thread so that thread 0 is on the first node too.
     std::vector<Counter> next(groups_.size());
     std::mutex err_mutex;
     Status err;
     auto pack_all = [&]() -> Status {
-        return pool_->run([&](int tid) {
-            Group &grp = *groups_[static_cast<size_t>(thread_group_[static_cast<size_t>(tid)])];
+        return ex.pool().run([&](int tid) {
+            const int g = ex.group_of(tid);
+            const Group &grp = *groups_[static_cast<size_t>(g)];
             if (grp.shard() == 0) return;
-            Counter &ctr = next[static_cast<size_t>(thread_group_[static_cast<size_t>(tid)])];
             for (;;) {
-                const int64_t item = ctr.next.fetch_add(1, std::memory_order_relaxed);
+                const int64_t item = next[static_cast<size_t>(g)].next.fetch_add(1, std::memory_order_relaxed);
                 if (item >= 3 * n) return;
                 const int64_t j = item / 3, e = first_expert + j;  // j: the expert's index in the sources
                 Status s;
@@ -539,34 +389,27 @@ Status ExpertPool::pack_experts(const MatrixSource &gate, const MatrixSource &up
             }
         });
     };
-    KT_TRY(run_on_driver(pack_all));
+    KT_TRY(ex.run_on_driver(pack_all));
     return err;
 }
 
 // ------------------------------------------------------------------------------------------------------------
-// Execution
+// Execution (on the executor's driver thread and workers)
 
-void ExpertPool::execute(Job &job) {
-    if (job.kind == Job::kCallback) {
-        job.status = (*job.callback)();
-        return;
-    }
-    const ForwardArgs &a = job.args;
-    if (a.n_tokens == 0) return;
-    Scratch &sc = *scratch_;
+void ExpertPool::execute(Executor &ex, Job &job) {
+    if (job.n_tokens == 0) return;
+    Executor::Shared &sc = ex.shared();
     const int64_t E = config_.n_experts;
 
     // Bucket (token, slot) pairs by expert: counts, offsets, then a stable fill (tokens ascending per expert).
-    std::fill(sc.count.begin(), sc.count.end(), 0);
+    std::fill(sc.count.begin(), sc.count.begin() + E, 0);
     auto id_at = [&](int64_t i) -> int64_t {
-        return a.ids_i64 ? static_cast<const int64_t *>(a.ids)[i] : static_cast<const int32_t *>(a.ids)[i];
+        return job.ids_i64 ? static_cast<const int64_t *>(job.ids)[i] : static_cast<const int32_t *>(job.ids)[i];
     };
-    const int64_t n = a.n_tokens * a.top_k;
-    for (int64_t i = 0; i < n; ++i) {
-        const int64_t e = id_at(i);
-        if (e < 0 || (job.masked && job.mask[static_cast<size_t>(e)])) continue;
-        ++sc.count[static_cast<size_t>(e)];
-    }
+    auto skipped = [&](int64_t e) { return e < 0 || (job.masked && job.mask[static_cast<size_t>(e)]); };
+    const int64_t n = job.n_tokens * job.top_k;
+    for (int64_t i = 0; i < n; ++i)
+        if (!skipped(id_at(i))) ++sc.count[static_cast<size_t>(id_at(i))];
     sc.n_active = 0;
     sc.offset[0] = 0;
     for (int64_t e = 0; e < E; ++e) {
@@ -574,34 +417,49 @@ void ExpertPool::execute(Job &job) {
         if (sc.count[static_cast<size_t>(e)] > 0) sc.active[static_cast<size_t>(sc.n_active++)] = static_cast<int32_t>(e);
     }
     sc.n_slots = sc.offset[static_cast<size_t>(E)];
-    // Fill: count[] becomes each expert's write cursor.
-    for (int64_t e = 0; e < E; ++e) sc.count[static_cast<size_t>(e)] = sc.offset[static_cast<size_t>(e)];
+    for (int64_t e = 0; e < E; ++e) sc.count[static_cast<size_t>(e)] = sc.offset[static_cast<size_t>(e)];  // write cursors
     for (int64_t i = 0; i < n; ++i) {
         const int64_t e = id_at(i);
-        if (e < 0 || (job.masked && job.mask[static_cast<size_t>(e)])) continue;
+        if (skipped(e)) continue;
         const int32_t s = sc.count[static_cast<size_t>(e)]++;
-        sc.slot_token[static_cast<size_t>(s)] = static_cast<int32_t>(i / a.top_k);
-        sc.slot_weight[static_cast<size_t>(s)] = a.weights[i];
+        sc.slot_token[static_cast<size_t>(s)] = static_cast<int32_t>(i / job.top_k);
+        sc.slot_weight[static_cast<size_t>(s)] = job.weights[i];
     }
 
     sc.x_next.next.store(0, std::memory_order_relaxed);
     sc.merge_next.next.store(0, std::memory_order_relaxed);
-    for (auto &g : groups_) {
-        g->gate_up_next.next.store(0, std::memory_order_relaxed);
-        g->amax_next.next.store(0, std::memory_order_relaxed);
-        g->hq_next.next.store(0, std::memory_order_relaxed);
-        g->down_next.next.store(0, std::memory_order_relaxed);
+    for (int g = 0; g < ex.groups(); ++g) {
+        Executor::Group &eg = ex.group(g);
+        eg.gate_up_next.next.store(0, std::memory_order_relaxed);
+        eg.amax_next.next.store(0, std::memory_order_relaxed);
+        eg.hq_next.next.store(0, std::memory_order_relaxed);
+        eg.down_next.next.store(0, std::memory_order_relaxed);
+        const int64_t shard = groups_[static_cast<size_t>(g)]->shard();
+        eg.i_block = task_block(shard, sc.n_active, eg.threads());
+        eg.h_block = task_block(config_.hidden, 1, eg.threads());
     }
-    job.status = pool_->run([&](int tid) { run_phases(job, tid); });
+    job.status = ex.pool().run([&](int tid) { run_phases(ex, job, tid); });
+    if (!job.status.is_ok()) {
+        std::lock_guard<std::mutex> lock(error_mutex_);
+        if (first_error_.is_ok()) first_error_ = job.status;
+    }
 }
 
-void ExpertPool::run_phases(Job &job, int tid) {
-    const ForwardArgs &a = job.args;
-    Scratch &sc = *scratch_;
+void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
+    Executor::Shared &sc = ex.shared();
     const cpu::KernelSet &ks = *kernels_;
-    const int64_t H = config_.hidden, T = a.n_tokens;
-    Group &grp = *groups_[static_cast<size_t>(thread_group_[static_cast<size_t>(tid)])];
-    float *tile = grp.tiles.as<float>() + static_cast<int64_t>(tid - grp.t_begin) * grp.tile_floats;
+    const int64_t H = config_.hidden, T = job.n_tokens;
+    const int g = ex.group_of(tid);
+    Executor::Group &eg = ex.group(g);
+    const Group &grp = *groups_[static_cast<size_t>(g)];
+    float *tile = eg.tiles.as<float>() + static_cast<int64_t>(tid - eg.t_begin) * kTileFloats;
+    // AMX kernels configure this thread's tiles once per job (the session restores them at the end).
+    cpu::amx::TileSession tile_session;
+    void *const session = ks.level == cpu::IsaLevel::kAmx ? &tile_session : nullptr;
+    int8_t *xq = sc.xq.as<int8_t>();
+    uint16_t *xb = sc.xq.as<uint16_t>();
+    float *x_scale = sc.x_scale.as<float>();
+    int32_t *x_sums_gate = sc.x_sums_gate.as<int32_t>(), *x_sums_up = sc.x_sums_up.as<int32_t>();
 
     // 1. The input, quantized (or converted to bf16) once per token.
     const size_t in_elt = config_.input_bf16 ? 2 : 4;
@@ -609,106 +467,118 @@ void ExpertPool::run_phases(Job &job, int tid) {
         const int64_t t0 = sc.x_next.next.fetch_add(kRowChunk, std::memory_order_relaxed);
         if (t0 >= T) break;
         for (int64_t t = t0; t < std::min(T, t0 + kRowChunk); ++t) {
-            const void *src = static_cast<const uint8_t *>(a.input) + static_cast<size_t>(t * H) * in_elt;
-            if (sc.gate_up_int) {
-                int8_t *q = sc.xq.as<int8_t>() + t * sc.x_ld;
-                sc.x_scale.as<float>()[t] = ks.quantize_row(src, config_.input_bf16, H, sc.x_ld, q);
-                cpu::group_sums_row(q, H, sc.gate_spec, sc.x_sums_gate.as<int32_t>() + t * sc.sums_gate_ld);
-                if (sc.x_sums_up.data()) cpu::group_sums_row(q, H, sc.up_spec, sc.x_sums_up.as<int32_t>() + t * sc.sums_up_ld);
+            const void *src = static_cast<const uint8_t *>(job.input) + static_cast<size_t>(t * H) * in_elt;
+            if (gate_up_int_) {
+                int8_t *q = xq + t * x_ld_;
+                x_scale[t] = ks.quantize_row(src, config_.input_bf16, H, x_ld_, q);
+                cpu::group_sums_row(q, H, gate_spec_, x_sums_gate + t * sums_gate_ld_);
+                if (separate_up_sums_) cpu::group_sums_row(q, H, up_spec_, x_sums_up + t * sums_up_ld_);
             } else {
-                ks.convert_row_bf16(src, config_.input_bf16, H, sc.x_ld, sc.xq.as<uint16_t>() + t * sc.x_ld);
+                ks.convert_row_bf16(src, config_.input_bf16, H, x_ld_, xb + t * x_ld_);
             }
         }
     }
-    pool_->barrier();
+    ex.pool().barrier();
 
     // Phases 2-4 run per group on its shard; every thread still reaches every all-thread barrier.
     const int64_t shard = grp.shard();
+    float *h_all = eg.h.as<float>();
     if (shard > 0) {
         // 2. Gate and up on the same rows of each expert, then SwiGLU into h.
-        const int64_t iblocks = (shard + kIBlock - 1) / kIBlock;
+        const int64_t ib = eg.i_block;
+        const int64_t iblocks = (shard + ib - 1) / ib;
         const int64_t items = sc.n_active * iblocks;
-        float *tg = tile, *tu = tile + kTokenChunk * kIBlock;
+        float *tg = tile, *tu = tile + kTokenChunk * ib;
         for (;;) {
-            const int64_t item = grp.gate_up_next.next.fetch_add(1, std::memory_order_relaxed);
+            const int64_t item = eg.gate_up_next.next.fetch_add(1, std::memory_order_relaxed);
             if (item >= items) break;
             const int64_t e = sc.active[static_cast<size_t>(item / iblocks)];
-            const int64_t n0 = (item % iblocks) * kIBlock, n1 = std::min(shard, n0 + kIBlock);
+            const int64_t n0 = (item % iblocks) * ib, n1 = std::min(shard, n0 + ib);
             const int64_t s_begin = sc.offset[static_cast<size_t>(e)], s_end = sc.offset[static_cast<size_t>(e) + 1];
             for (int64_t s0 = s_begin; s0 < s_end; s0 += kTokenChunk) {
                 const int64_t m = std::min(kTokenChunk, s_end - s0);
                 GemmActs acts;
+                acts.tile_session = session;
                 acts.rows = sc.slot_token.data() + s0;
-                if (sc.gate_up_int) {
-                    acts.q = sc.xq.as<int8_t>();
-                    acts.q_ld = sc.x_ld;
-                    acts.scale = sc.x_scale.as<float>();
-                    acts.sums = sc.x_sums_gate.as<int32_t>();
-                    acts.sums_ld = sc.sums_gate_ld;
+                if (gate_up_int_) {
+                    acts.q = xq;
+                    acts.q_ld = x_ld_;
+                    acts.scale = x_scale;
+                    acts.sums = x_sums_gate;
+                    acts.sums_ld = sums_gate_ld_;
                 } else {
-                    acts.bf16 = sc.xq.as<uint16_t>();
-                    acts.bf16_ld = sc.x_ld;
+                    acts.bf16 = xb;
+                    acts.bf16_ld = x_ld_;
                 }
-                cpu::gemm(ks, grp.gate(e), acts, m, n0, n1, tg, kIBlock);
-                if (sc.x_sums_up.data()) {
-                    acts.sums = sc.x_sums_up.as<int32_t>();
-                    acts.sums_ld = sc.sums_up_ld;
+                // Each GEMM prefetches the weights the next one reads: up's panels of this block, then gate's
+                // panels of the next item.
+                acts.prefetch_next = grp.up(e).tile(n0 / cpu::kPanel, 0, 0);
+                cpu::gemm(ks, grp.gate(e), acts, m, n0, n1, tg, ib);
+                if (separate_up_sums_) {
+                    acts.sums = x_sums_up;
+                    acts.sums_ld = sums_up_ld_;
                 }
-                cpu::gemm(ks, grp.up(e), acts, m, n0, n1, tu, kIBlock);
+                acts.prefetch_next = nullptr;
+                if (item + 1 < items && s0 + kTokenChunk >= s_end) {
+                    const int64_t ne = sc.active[static_cast<size_t>((item + 1) / iblocks)];
+                    acts.prefetch_next = grp.gate(ne).tile(((item + 1) % iblocks) * ib / cpu::kPanel, 0, 0);
+                }
+                cpu::gemm(ks, grp.up(e), acts, m, n0, n1, tu, ib);
                 for (int64_t i = 0; i < m; ++i)
-                    ks.swiglu_row(tg + i * kIBlock, tu + i * kIBlock, n1 - n0, config_.swiglu,
-                                  grp.h.as<float>() + (s0 + i) * shard + n0);
+                    ks.swiglu_row(tg + i * ib, tu + i * ib, n1 - n0, config_.swiglu, h_all + (s0 + i) * shard + n0);
             }
         }
-        grp.barrier->arrive_and_wait();
+        eg.barrier->arrive_and_wait();
 
         // 3a. With several shards, each row of h is quantized with one scale from the whole row (max |h| over all
         //     shards), so that sharded results equal unsharded ones up to fp32 rounding.
-        if (sc.down_int && sc.shards > 1) {
+        if (down_int_ && shards_ > 1) {
             for (;;) {
-                const int64_t s0 = grp.amax_next.next.fetch_add(kRowChunk, std::memory_order_relaxed);
+                const int64_t s0 = eg.amax_next.next.fetch_add(kRowChunk, std::memory_order_relaxed);
                 if (s0 >= sc.n_slots) break;
                 for (int64_t s = s0; s < std::min(sc.n_slots, s0 + kRowChunk); ++s)
-                    grp.slot_amax.as<float>()[s] = ks.row_amax(grp.h.as<float>() + s * shard, false, shard);
+                    eg.slot_amax.as<float>()[s] = ks.row_amax(h_all + s * shard, false, shard);
             }
         }
     }
-    if (sc.down_int && sc.shards > 1) pool_->barrier();
+    if (down_int_ && shards_ > 1) ex.pool().barrier();
     if (shard > 0) {
         // 3b. h quantized once per (token, slot) row for the down projection.
         const int64_t dkp = grp.down_l.kp;
         for (;;) {
-            const int64_t s0 = grp.hq_next.next.fetch_add(kRowChunk, std::memory_order_relaxed);
+            const int64_t s0 = eg.hq_next.next.fetch_add(kRowChunk, std::memory_order_relaxed);
             if (s0 >= sc.n_slots) break;
             for (int64_t s = s0; s < std::min(sc.n_slots, s0 + kRowChunk); ++s) {
-                const float *h = grp.h.as<float>() + s * shard;
-                if (sc.down_int) {
-                    int8_t *q = grp.hq.as<int8_t>() + s * dkp;
+                const float *h = h_all + s * shard;
+                if (down_int_) {
+                    int8_t *q = eg.hq.as<int8_t>() + s * dkp;
                     float amax;
-                    if (sc.shards > 1) {
+                    if (shards_ > 1) {
                         amax = 0.0f;
-                        for (auto &g : groups_)
-                            if (g->shard() > 0) amax = std::max(amax, g->slot_amax.as<float>()[s]);
+                        for (int og = 0; og < ex.groups(); ++og)
+                            if (groups_[static_cast<size_t>(og)]->shard() > 0)
+                                amax = std::max(amax, ex.group(og).slot_amax.as<float>()[s]);
                     } else {
                         amax = ks.row_amax(h, false, shard);
                     }
-                    grp.h_scale.as<float>()[s] = ks.quantize_row_amax(h, false, shard, dkp, amax, q);
-                    cpu::group_sums_row(q, shard, sc.down_spec, grp.h_sums.as<int32_t>() + s * grp.h_sums_ld);
+                    eg.h_scale.as<float>()[s] = ks.quantize_row_amax(h, false, shard, dkp, amax, q);
+                    cpu::group_sums_row(q, shard, down_spec_, eg.h_sums.as<int32_t>() + s * grp.h_sums_ld);
                 } else {
-                    ks.convert_row_bf16(h, false, shard, dkp, grp.hq.as<uint16_t>() + s * dkp);
+                    ks.convert_row_bf16(h, false, shard, dkp, eg.hq.as<uint16_t>() + s * dkp);
                 }
             }
         }
-        grp.barrier->arrive_and_wait();
+        eg.barrier->arrive_and_wait();
 
         // 4. Down projection per block of H columns over every active expert, weighted into the partial output.
-        const int64_t hblocks = (H + kHBlock - 1) / kHBlock;
+        const int64_t hblk = eg.h_block;
+        const int64_t hblocks = (H + hblk - 1) / hblk;
         float *td = tile;
-        float *partial = grp.partial.as<float>();
+        float *partial = eg.partial.as<float>();
         for (;;) {
-            const int64_t hb = grp.down_next.next.fetch_add(1, std::memory_order_relaxed);
+            const int64_t hb = eg.down_next.next.fetch_add(1, std::memory_order_relaxed);
             if (hb >= hblocks) break;
-            const int64_t h0 = hb * kHBlock, h1 = std::min(H, h0 + kHBlock);
+            const int64_t h0 = hb * hblk, h1 = std::min(H, h0 + hblk);
             for (int64_t t = 0; t < T; ++t) std::memset(partial + t * H + h0, 0, sizeof(float) * static_cast<size_t>(h1 - h0));
             for (int64_t ai = 0; ai < sc.n_active; ++ai) {
                 const int64_t e = sc.active[static_cast<size_t>(ai)];
@@ -716,43 +586,47 @@ void ExpertPool::run_phases(Job &job, int tid) {
                 for (int64_t s0 = s_begin; s0 < s_end; s0 += kTokenChunk) {
                     const int64_t m = std::min(kTokenChunk, s_end - s0);
                     GemmActs acts;
-                    if (sc.down_int) {
-                        acts.q = grp.hq.as<int8_t>() + s0 * dkp;
+                    acts.tile_session = session;
+                    if (down_int_) {
+                        acts.q = eg.hq.as<int8_t>() + s0 * dkp;
                         acts.q_ld = dkp;
-                        acts.scale = grp.h_scale.as<float>() + s0;
-                        acts.sums = grp.h_sums.as<int32_t>() + s0 * grp.h_sums_ld;
+                        acts.scale = eg.h_scale.as<float>() + s0;
+                        acts.sums = eg.h_sums.as<int32_t>() + s0 * grp.h_sums_ld;
                         acts.sums_ld = grp.h_sums_ld;
                     } else {
-                        acts.bf16 = grp.hq.as<uint16_t>() + s0 * dkp;
+                        acts.bf16 = eg.hq.as<uint16_t>() + s0 * dkp;
                         acts.bf16_ld = dkp;
                     }
-                    cpu::gemm(ks, grp.down(e), acts, m, h0, h1, td, kHBlock);
+                    // Prefetch the next active expert's panels of these columns while this one computes.
+                    if (ai + 1 < sc.n_active && s0 + kTokenChunk >= s_end)
+                        acts.prefetch_next = grp.down(sc.active[static_cast<size_t>(ai) + 1]).tile(h0 / cpu::kPanel, 0, 0);
+                    cpu::gemm(ks, grp.down(e), acts, m, h0, h1, td, hblk);
                     for (int64_t i = 0; i < m; ++i) {
                         const int64_t s = s0 + i;
-                        ks.axpy_row(sc.slot_weight[static_cast<size_t>(s)], td + i * kHBlock, h1 - h0,
+                        ks.axpy_row(sc.slot_weight[static_cast<size_t>(s)], td + i * hblk, h1 - h0,
                                     partial + sc.slot_token[static_cast<size_t>(s)] * H + h0);
                     }
                 }
             }
         }
     }
-    pool_->barrier();
+    ex.pool().barrier();
 
     // 5. out = (accumulate ? out : 0) + the groups' partial sums, in group order.
     const float *srcs[64];
-    int n_src = 0;
     const int64_t chunks = (H + kMergeChunk - 1) / kMergeChunk;
     const size_t out_elt = config_.output_bf16 ? 2 : 4;
     for (;;) {
         const int64_t item = sc.merge_next.next.fetch_add(1, std::memory_order_relaxed);
         if (item >= T * chunks) break;
         const int64_t t = item / chunks, c0 = (item % chunks) * kMergeChunk, c1 = std::min(H, c0 + kMergeChunk);
-        n_src = 0;
-        for (auto &g : groups_)
-            if (g->shard() > 0 && n_src < 64) srcs[n_src++] = g->partial.as<float>() + t * H + c0;
-        void *dst = static_cast<uint8_t *>(a.output) + static_cast<size_t>(t * H + c0) * out_elt;
-        ks.merge_row(srcs, n_src, c1 - c0, dst, config_.output_bf16, a.accumulate);
+        int n_src = 0;
+        for (int og = 0; og < ex.groups(); ++og)
+            if (groups_[static_cast<size_t>(og)]->shard() > 0) srcs[n_src++] = ex.group(og).partial.as<float>() + t * H + c0;
+        void *dst = static_cast<uint8_t *>(job.output) + static_cast<size_t>(t * H + c0) * out_elt;
+        ks.merge_row(srcs, n_src, c1 - c0, dst, config_.output_bf16, job.accumulate);
     }
+    (void)tile_session.end();  // a no-op unless AMX ran on this thread
 }
 
 }  // namespace kt::moe

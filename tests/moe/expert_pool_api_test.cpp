@@ -111,6 +111,31 @@ TEST_CASE("expert pool api: submitted jobs run in order and wait covers earlier 
     CHECK(kt_expert_pool_wait(f.pool, last + 1) == KT_STATUS_INVALID_ARGUMENT);  // never issued
 }
 
+TEST_CASE("expert pool api: pools with the same thread settings run their jobs in one FIFO") {
+    // Two layers of a model: layer B's job, submitted after layer A's, runs after it (they share one executor),
+    // so B accumulating into A's output sees A's result.
+    Fixture a;
+    const ExpertWeights wb = make_experts(KT_TYPE_Q4_0, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, kE, kH, kI, 43);
+    kt_expert_pool *b = make_pool(wb, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 64, 8);
+    const Routing r = make_routing(5, 3, kE, 44);
+    const std::vector<float> x = random_normal(static_cast<size_t>(5 * kH), 45);
+    const std::vector<float> ya = run_forward(a.pool, x, r), yb = run_forward(b, x, r);
+    for (int round = 0; round < 20; ++round) {
+        std::vector<float> out(ya.size(), -7.0f);
+        const kt_expert_forward fa = args_for(x, r, out.data(), false), fb = args_for(x, r, out.data(), true);
+        uint64_t ta = 0, tb = 0;
+        REQUIRE(kt_expert_pool_submit(a.pool, &fa, &ta) == KT_STATUS_OK);
+        REQUIRE(kt_expert_pool_submit(b, &fb, &tb) == KT_STATUS_OK);
+        CHECK(tb > ta);
+        REQUIRE(kt_expert_pool_wait(b, tb) == KT_STATUS_OK);
+        for (size_t i = 0; i < out.size(); ++i) REQUIRE(out[i] == ya[i] + yb[i]);
+        REQUIRE(kt_expert_pool_wait(a.pool, 0) == KT_STATUS_OK);
+    }
+    kt_expert_pool_free(b);
+    // The other pool keeps working after one of the pools sharing its threads is gone.
+    CHECK(normalized_error(run_forward(a.pool, x, r), ya.empty() ? std::vector<double>() : std::vector<double>(ya.begin(), ya.end())) == 0.0);
+}
+
 TEST_CASE("expert pool api: bf16 input and output and int64 ids") {
     const ExpertWeights w = make_experts(KT_TYPE_BF16, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, kE, kH, kI, 9);
     kt_expert_pool_params p;

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <mutex>
 
+#include "backends/cpu/amx/amx_gemm.h"
 #include "backends/cpu/kernels_detail.h"
 
 namespace kt::cpu {
@@ -31,7 +32,7 @@ void group_sums_row(const int8_t *q, int64_t k, const QuantSpec &spec, int32_t *
 
 namespace {
 
-enum SetIndex { kScalarSet, kAvx2Set, kAvx512Set, kAvx512VnniSet, kAvx512Bf16Set, kAvx512VnniBf16Set, kSetCount };
+enum SetIndex { kScalarSet, kAvx2Set, kAvx512Set, kAvx512VnniSet, kAvx512Bf16Set, kAvx512VnniBf16Set, kAmxSet, kSetCount };
 
 struct Sets {
     KernelSet sets[kSetCount];
@@ -74,6 +75,16 @@ const Sets &all_sets() {
             if (bf16) r.sets[i].gemm_bf16 = detail::gemm_bf16_avx512_bf16();
             r.available[i] = true;
         }
+
+        // AMX over the host's best AVX-512 set. Built whenever AVX-512 is there: whether AMX code may run is
+        // decided per call (amx::available(): the CPU's AMX, or a test's tile machine).
+        make(kAmxSet, "amx", IsaLevel::kAmx, f.avx512_vnni, f.avx512_bf16);
+        detail::fill_scalar(&r.sets[kAmxSet]);
+        if (avx512) {
+            const SetIndex base = static_cast<SetIndex>(kAvx512Set + (f.avx512_vnni ? 1 : 0) + (f.avx512_bf16 ? 2 : 0));
+            detail::fill_amx(r.sets[base], &r.sets[kAmxSet]);
+            r.available[kAmxSet] = true;
+        }
         return r;
     }();
     return s;
@@ -89,14 +100,17 @@ const KernelSet *kernel_set(IsaLevel level, bool vnni, bool bf16) {
     switch (level) {
         case IsaLevel::kScalar: i = (vnni || bf16) ? -1 : kScalarSet; break;
         case IsaLevel::kAvx2: i = (vnni || bf16) ? -1 : kAvx2Set; break;
-        case IsaLevel::kAvx512:
-        case IsaLevel::kAmx: i = kAvx512Set + (vnni ? 1 : 0) + (bf16 ? 2 : 0); break;
+        case IsaLevel::kAvx512: i = kAvx512Set + (vnni ? 1 : 0) + (bf16 ? 2 : 0); break;
+        case IsaLevel::kAmx: i = kAmxSet; break;
     }
     if (i < 0 || !s.available[i]) return nullptr;
     return &s.sets[i];
 }
 
+IsaLevel kernel_level() { return amx::available() ? IsaLevel::kAmx : active_isa_level(); }
+
 const KernelSet &best_kernel_set(IsaLevel level) {
+    if (level == IsaLevel::kAmx && amx::available() && all_sets().available[kAmxSet]) return all_sets().sets[kAmxSet];
     const IsaLevel host = host_isa_level();
     if (static_cast<int>(level) > static_cast<int>(host)) level = host;
     const CpuFeatures &f = host_cpu_features();
@@ -114,7 +128,7 @@ int supported_kernel_sets(const KernelSet **out, int capacity) {
     const Sets &s = all_sets();
     int n = 0;
     for (int i = 0; i < kSetCount; ++i)
-        if (s.available[i] && n < capacity) out[n++] = &s.sets[i];
+        if (s.available[i] && (i != kAmxSet || amx::available()) && n < capacity) out[n++] = &s.sets[i];
     return n;
 }
 

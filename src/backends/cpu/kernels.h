@@ -48,6 +48,11 @@ struct GemmActs {
     int64_t bf16_ld = 0;
     // Output row i reads activation row rows[i] (nullptr: row i).
     const int32_t *rows = nullptr;
+    // Weights the caller will use next (a panel, e.g. the next expert's), prefetched while the last panel of this
+    // call is computed, as each panel prefetches the next. nullptr: none.
+    const uint8_t *prefetch_next = nullptr;
+    // The calling thread's amx::TileSession for the AMX kernel set (nullptr: each AMX call brackets itself).
+    void *tile_session = nullptr;
 };
 
 struct SwigluParams {
@@ -95,8 +100,20 @@ inline void gemm(const KernelSet &ks, const PackedMatrix &w, const GemmActs &a, 
 // Kernel sets by capability. Returns nullptr when the host cannot run it.
 const KernelSet *kernel_set(IsaLevel level, bool vnni, bool bf16);
 // The best set for an ISA level (capped by what the host supports), with VNNI / AVX512-BF16 when the host has them
-// and they are not disabled by set_disabled_features.
+// and they are not disabled by set_disabled_features. kAmx gives the AMX set when amx::available() (the CPU has
+// usable AMX, or tests installed the tile machine), else the best AVX-512 set.
 const KernelSet &best_kernel_set(IsaLevel level);
+// The level the kernels should use now: kAmx when amx::available(), else active_isa_level().
+IsaLevel kernel_level();
+
+// The AMX set: INT8 and INT4 weights (AMX int8 tiles) and BF16 weights (bf16 tiles) through the JIT kernels of
+// backends/cpu/amx when a call has at least kAmxMinRows rows; everything else, and smaller calls (a tile that is
+// mostly empty is slower than AVX-512 VNNI), through the best AVX-512 set. INT8 and INT4 results are the same bits
+// as the other levels (the AMX contract's numerics are these kernels'); BF16 differs in the last bits (TDPBF16PS
+// sums even and odd products separately).
+inline constexpr int64_t kAmxMinRows = 8;
+// How many GEMM calls the AMX set has sent to the AMX kernels (tests check that the AMX path really ran).
+uint64_t amx_gemm_calls();
 // The sets this host can run, from scalar up (for tests: every path is exercised, including fallbacks).
 int supported_kernel_sets(const KernelSet **out, int capacity);
 

@@ -12,6 +12,9 @@ void fill_scalar(KernelSet *ks);
 void fill_avx2(KernelSet *ks);
 void fill_avx512(KernelSet *ks);  // AVX-512 F/BW/DQ/VL only: software dot products for VNNI and BF16
 
+// The AMX set: `base` (an AVX-512 set) with the GEMMs routed to AMX where they apply.
+void fill_amx(const KernelSet &base, KernelSet *ks);
+
 // The parts that need more than AVX-512 F/BW/DQ/VL.
 GemmFn gemm_int_avx512_vnni();
 GemmFn gemm_bf16_avx512_bf16();

@@ -146,6 +146,8 @@ struct Avx2 {
     template <int kUMax, bool kEmbed = false>
     static VI dot4_bcst(VI acc, VI u, const void *p) { return dot4<kUMax>(acc, u, bcst32(p)); }
     static VF dot2_bf16_bcst(VF acc, VI w, const void *p) { return dot2_bf16(acc, w, bcst32(p)); }
+    // Brings the cache line at p into L2 ahead of use.
+    static void prefetch(const void *p) { _mm_prefetch(static_cast<const char *>(p), _MM_HINT_T1); }
 };
 
 }  // namespace kt::cpu::simd

@@ -423,8 +423,7 @@ typedef int32_t (*kt_abort_callback)(void *user_data);
 
 #define KT_KERNELS_AUTO 0       /* the expert engine's kernels for the best ISA this CPU allows: weights kept in their
                                    GGUF format where a kernel reads it (Q4_0 Q8_0 Q4_K Q5_K Q6_K IQ4_XS BF16), F32/F16
-                                   as BF16, other formats re-quantized to INT8 per channel; activations quantized to
-                                   int8 per token */
+                                   as BF16, other formats as Q8_0; activations quantized to int8 per token */
 #define KT_KERNELS_REFERENCE 1  /* exact dequantization and f32 arithmetic everywhere: slow; for validation (it
                                    reproduces llama.cpp's f32 logits to ~1e-6) */
 

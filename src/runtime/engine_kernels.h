@@ -1,11 +1,12 @@
 // The expert engine behind ops::KernelFactory: what a model runs on unless the caller asks for the reference.
 //
-//   Linear     the matrix packed once at load into the engine's layout (backends/cpu/packed.h: kept in its GGUF
-//              format where a kernel reads it directly, Q8_0 Q4_0 Q4_K Q5_K Q6_K IQ4_XS BF16; F32/F16 as BF16;
-//              other formats re-quantized to INT8 per output channel), each call quantizing the activations once
-//              (int8 per token, or bf16) and running the GEMM kernels over 32-column panels spread across the
-//              context's threads. Dense projections and the output head run on the same kernels as the experts.
-//   ExpertFfn  a moe::ExpertPool per layer (a dense FFN is a one-expert pool), with its own NUMA-placed threads.
+//   Linear     a moe::PackedLinear: the matrix packed once at load into the engine's layout (kept in its GGUF format
+//              where a kernel reads it directly, Q8_0 Q4_0 Q4_K Q5_K Q6_K IQ4_XS BF16; F32/F16 as BF16; other
+//              formats as Q8_0), each call quantizing the activations once (int8 per token, or bf16) and running
+//              the GEMM kernels over 32-column panels on the context's threads. Dense projections and the output
+//              head run on the same kernels as the experts.
+//   ExpertFfn  a moe::ExpertPool per layer (a dense FFN is a one-expert pool); the pools of a model share one
+//              executor (pinned threads, job queue, scratch).
 #pragma once
 
 #include <memory>

@@ -8,8 +8,8 @@
 // logits; tgN decodes N random tokens one at a time. The result is the mean ± sample standard deviation of the
 // repetitions' tokens/s.
 //
-// Roofline (per thread count, measured before the tests with the same threads): memory read bandwidth and the
-// int8 dot-product peak (kt_measure_roofline). tgN's bound is bandwidth ÷ bytes read per token (every weight of
+// Roofline (measured just before each test, with the same threads): memory read bandwidth and the int8
+// dot-product peak (kt_measure_roofline); the 1-minute load average before and after each test is printed too. tgN's bound is bandwidth ÷ bytes read per token (every weight of
 // the attention blocks, router, dense and shared FFNs and the output head, the routed experts' share k/X of the
 // expert tensors, one embedding row, and the KV cache at the test's mean depth); ppN's bound is int8 peak ÷ 2 ×
 // multiply-adds per token through the attention projections, router, dense/shared FFNs and the k routed experts
@@ -180,8 +180,9 @@ struct Result {
     Test test;
     std::vector<double> seconds;  // per repetition
     kt_perf perf{};                // summed over the repetitions
-    kt_roofline roofline{};
+    kt_roofline roofline{};       // measured just before this test
     double bound_ts = 0;          // roofline tokens/s for this test (0: not measured)
+    double load_before = -1, load_after = -1;  // 1-minute load average (/proc/loadavg), -1 when unknown
 
     std::vector<double> ts() const {
         std::vector<double> v;
@@ -230,6 +231,17 @@ struct Options {
     int32_t kv_type = KT_TYPE_F16, kernels = KT_KERNELS_AUTO;
     std::string output = "md";
 };
+
+// The machine's 1-minute load average, to be stated next to every number taken on a shared machine.
+double load_average() {
+    FILE *f = std::fopen("/proc/loadavg", "r");
+    double load = -1;
+    if (f) {
+        if (std::fscanf(f, "%lf", &load) != 1) load = -1;
+        std::fclose(f);
+    }
+    return load;
+}
 
 std::vector<int32_t> random_tokens(int64_t n, int64_t n_vocab, int32_t bos, std::mt19937_64 &rng) {
     std::vector<int32_t> t(static_cast<size_t>(n));
@@ -299,12 +311,6 @@ bool run_model(const Options &o, const std::string &path, std::vector<Result> *r
             ok = false;
             break;
         }
-        kt_roofline roofline{};
-        roofline.struct_size = sizeof roofline;
-        if (o.roofline_mib > 0) {
-            const kt_status s = kt_measure_roofline(static_cast<int32_t>(threads), static_cast<uint64_t>(o.roofline_mib) << 20, &roofline);
-            if (s != KT_STATUS_OK) std::fprintf(stderr, "kt-bench: roofline: %s\n", kt_status_string(s));
-        }
         std::mt19937_64 rng(1234);
         for (const Test &test : tests) {
             Result r;
@@ -313,7 +319,16 @@ bool run_model(const Options &o, const std::string &path, std::vector<Result> *r
             r.n_batch = o.n_batch;
             r.type_k = o.kv_type == KT_TYPE_F16 ? "f16" : o.kv_type == KT_TYPE_BF16 ? "bf16" : o.kv_type == KT_TYPE_Q8_0 ? "q8_0" : "f32";
             r.test = test;
-            r.roofline = roofline;
+            r.load_before = load_average();
+            // The roofline just before the test: on a shared machine the load moves, and a bound measured minutes
+            // earlier would say more about the neighbours than about kt.
+            r.roofline.struct_size = sizeof r.roofline;
+            if (o.roofline_mib > 0) {
+                const kt_status s = kt_measure_roofline(static_cast<int32_t>(threads),
+                                                        static_cast<uint64_t>(o.roofline_mib) << 20, &r.roofline);
+                if (s != KT_STATUS_OK) std::fprintf(stderr, "kt-bench: roofline: %s\n", kt_status_string(s));
+            }
+            const kt_roofline &roofline = r.roofline;
             // Warm-up: the whole prompt, or one generated token.
             if (run_once(ctx, test.n_prompt > 0 ? Test{test.n_prompt, 0} : Test{0, 1}, info, rng) < 0) {
                 ok = false;
@@ -347,6 +362,7 @@ bool run_model(const Options &o, const std::string &path, std::vector<Result> *r
                 const double pp_s = static_cast<double>(test.n_prompt) * 2.0 * info.macs_per_token / roofline.int8_ops_per_s;
                 r.bound_ts = static_cast<double>(test.n_prompt + test.n_gen) / (gen_s + pp_s);
             }
+            r.load_after = load_average();
             std::fprintf(stderr, "kt-bench: %s %s t=%d: %.2f t/s\n", info.desc.c_str(), test.name().c_str(), r.threads,
                          Result::mean(r.ts()));
             results->push_back(r);
@@ -364,14 +380,16 @@ void print_markdown(const std::vector<Result> &results) {
     if (results.empty()) return;
     std::printf("%s\n\n", kt_build_info());
     for (size_t i = 0; i < results.size(); ++i) {
-        if (i > 0 && results[i].threads == results[i - 1].threads && results[i].model.path == results[i - 1].model.path) continue;
         const Result &r = results[i];
+        if (i == 0 || r.model.path != results[i - 1].model.path)
+            std::printf("%s: %.4g MB read per generated token (+ KV cache), %.4g GOP per prompt token\n",
+                        r.model.path.c_str(), r.model.bytes_per_token / 1e6, 2.0 * r.model.macs_per_token / 1e9);
         if (r.roofline.n_threads > 0)
-            std::printf("roofline, %d threads: read %.1f GB/s (%.0f MiB buffer), int8 dot %.0f GOP/s (%s)\n", r.threads,
-                        r.roofline.read_bytes_per_s / 1e9, static_cast<double>(r.roofline.buffer_bytes) / (1 << 20),
-                        r.roofline.int8_ops_per_s / 1e9, r.roofline.int8_isa);
-        std::printf("%s: %.4g MB read per generated token (+ KV cache), %.4g GOP per prompt token\n",
-                    r.model.path.c_str(), r.model.bytes_per_token / 1e6, 2.0 * r.model.macs_per_token / 1e9);
+            std::printf("  %-13s roofline with %d threads: read %.1f GB/s (%.0f MiB buffer), int8 dot %.0f GOP/s (%s); "
+                        "load average %.2f -> %.2f\n",
+                        r.test.name().c_str(), r.threads, r.roofline.read_bytes_per_s / 1e9,
+                        static_cast<double>(r.roofline.buffer_bytes) / (1 << 20), r.roofline.int8_ops_per_s / 1e9,
+                        r.roofline.int8_isa, r.load_before, r.load_after);
     }
     std::printf("\n| %-30s | %10s | %10s | %-10s | %7s | %13s | %20s | %13s | %11s |\n", "model", "size", "params",
                 "backend", "threads", "test", "t/s", "roofline t/s", "of roofline");
@@ -453,6 +471,8 @@ std::vector<Field> fields(const Result &r) {
         {"ops_per_prompt_token", num(2.0 * r.model.macs_per_token), false},
         {"bound_ts", num(r.bound_ts), false},
         {"bound_fraction", num(r.bound_ts > 0 ? Result::mean(ts) / r.bound_ts : 0.0), false},
+        {"load_before", num(r.load_before), false},
+        {"load_after", num(r.load_after), false},
         {"attention_pct", num(r.pct(r.perf.attention_seconds)), false},
         {"experts_pct", num(r.pct(r.perf.experts_seconds)), false},
         {"dense_ffn_pct", num(r.pct(r.perf.dense_ffn_seconds)), false},

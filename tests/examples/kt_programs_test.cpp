@@ -224,7 +224,8 @@ TEST_CASE("kt-bench prints llama-bench's table with the roofline, and csv and js
     CHECK(md.output.find("| qwen3moe ?B Q8_0") != std::string::npos);
     CHECK(md.output.find("pp16") != std::string::npos);
     CHECK(md.output.find("tg4") != std::string::npos);
-    CHECK(md.output.find("roofline, 1 threads: read") != std::string::npos);
+    CHECK(md.output.find("roofline with 1 threads: read") != std::string::npos);
+    CHECK(md.output.find("load average") != std::string::npos);
     CHECK(md.output.find("| attention |") != std::string::npos);
 
     Run csv = run(KT_BENCH_EXE, common + " -o csv");

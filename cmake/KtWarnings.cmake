@@ -11,6 +11,11 @@ if(KT_SANITIZE)
   add_link_options(-fsanitize=${KT_SANITIZE})
 endif()
 
+# Fuzzing needs coverage instrumentation in the library itself, not only in the fuzz target's own file.
+if(KT_BUILD_FUZZ)
+  add_compile_options(-fsanitize=fuzzer-no-link)
+endif()
+
 # Attach kt's common compile settings to a target.
 function(kt_target_defaults target)
   target_link_libraries(${target} PRIVATE kt_warnings)

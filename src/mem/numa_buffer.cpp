@@ -1,0 +1,92 @@
+#include "mem/numa_buffer.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "core/log.h"
+#include "mem/topology.h"
+
+namespace kt::mem {
+
+const char *placement_name(Placement p) {
+    switch (p) {
+        case Placement::kAnywhere: return "anywhere";
+        case Placement::kBound: return "bound";
+        case Placement::kFirstTouch: return "first-touch";
+    }
+    return "unknown";
+}
+
+NumaBuffer::~NumaBuffer() { release(); }
+
+NumaBuffer::NumaBuffer(NumaBuffer &&other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      placement_(other.placement_),
+      node_(other.node_) {}
+
+NumaBuffer &NumaBuffer::operator=(NumaBuffer &&other) noexcept {
+    if (this != &other) {
+        release();
+        data_ = std::exchange(other.data_, nullptr);
+        size_ = std::exchange(other.size_, 0);
+        placement_ = other.placement_;
+        node_ = other.node_;
+    }
+    return *this;
+}
+
+void NumaBuffer::release() {
+    if (data_) munmap(data_, size_);
+    data_ = nullptr;
+    size_ = 0;
+}
+
+Status NumaBuffer::allocate(size_t bytes, const Topology *topology, int node, NumaBuffer *out) {
+    NumaBuffer b;
+    if (bytes > 0) {
+        const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+        const bool huge = bytes >= kHugePageBytes;
+        const size_t align = huge ? kHugePageBytes : page;
+        KT_RETURN_IF(bytes > SIZE_MAX - 2 * align, KT_STATUS_OUT_OF_MEMORY, "numa buffer: %zu bytes", bytes);
+        const size_t size = (bytes + align - 1) / align * align;
+        // Over-reserve by one alignment unit, then trim both ends so the start is aligned.
+        const size_t reserve = huge ? size + align : size;
+        void *raw = mmap(nullptr, reserve, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        KT_RETURN_IF(raw == MAP_FAILED, KT_STATUS_OUT_OF_MEMORY, "numa buffer: mmap of %zu bytes failed: %s", reserve,
+                     std::strerror(errno));
+        const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+        const uintptr_t aligned = (start + align - 1) / align * align;
+        if (aligned > start) munmap(raw, aligned - start);
+        const uintptr_t end = start + reserve, used_end = aligned + size;
+        if (end > used_end) munmap(reinterpret_cast<void *>(used_end), end - used_end);
+        b.data_ = reinterpret_cast<void *>(aligned);
+        b.size_ = size;
+        // THP: a hint; kernels without it (or with THP "never") keep 4 KiB pages, which is still correct.
+        if (huge) madvise(b.data_, b.size_, MADV_HUGEPAGE);
+    }
+    if (topology && node >= 0) {
+        b.node_ = node;
+        b.placement_ = Placement::kFirstTouch;
+        if (bytes > 0 && topology->can_bind_memory()) {
+            const Status s = topology->bind_memory(b.data_, b.size_, node);
+            if (s.is_ok()) {
+                b.placement_ = Placement::kBound;
+            } else {
+                static std::atomic<bool> logged{false};
+                if (!logged.exchange(true))
+                    KT_LOG_INFO_MSG("%s; placing memory by first touch from threads on the node instead",
+                                    s.message().c_str());
+            }
+        }
+    }
+    *out = std::move(b);
+    return Status::ok();
+}
+
+}  // namespace kt::mem

@@ -245,6 +245,130 @@ KT_API kt_status kt_model_tensor_info(const kt_model *model, int64_t index, kt_t
 KT_API kt_status kt_model_tensor_read_f32(const kt_model *model, int64_t index, float *dst,
                                           uint64_t dst_capacity, uint64_t *out_needed);
 
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Quantization: f32 to and from every block format, on caller buffers.                                          */
+
+/* These functions keep no state: they are safe to call from several threads at once (on disjoint outputs), and a
+ * caller with many rows may split them across its own threads. They run single-threaded scalar reference code. A
+ * failure's detailed message goes to the log callback (KT_LOG_ERROR; a size query's KT_STATUS_BUFFER_TOO_SMALL is
+ * not logged). */
+
+/* 1 if kt_quantize can produce the type, else 0: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K,
+ * Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS. */
+KT_API int32_t kt_type_can_quantize(int32_t type);
+/* 1 if kt_dequantize (and kt_model_tensor_read_f32) can read the type, else 0: every type above plus I8, I16, I32,
+ * I64 and F64 (converted to the nearest float). */
+KT_API int32_t kt_type_can_dequantize(int32_t type);
+
+/* Quantizes n_rows rows of n_per_row floats (rows back to back) into dst, as a GGUF tensor of shape
+ * [n_per_row, n_rows] stores them: rows back to back, each n_per_row / kt_type_block_size(type) blocks of
+ * kt_type_block_bytes(type) bytes. dst needs no particular alignment. *out_bytes (may be NULL) receives the size of
+ * the result, also when the call fails with KT_STATUS_BUFFER_TOO_SMALL: pass dst = NULL and dst_capacity = 0 to ask.
+ *
+ * How each type is produced:
+ *   - Q8_0, Q8_1, Q8_K (the activation formats of dot-product kernels), Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, F16, BF16:
+ *     ggml's reference rules, byte for byte (tests compare with llama.cpp's output).
+ *   - Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS: kt's own least-squares search, at least as accurate as llama.cpp's
+ *     reference quantizer without an importance matrix (relative RMS error on N(0,1) data: Q2_K 0.26, Q3_K 0.144,
+ *     Q4_K 0.070, Q5_K 0.034, Q6_K 0.016, IQ4_XS 0.075), but not the same bytes. Slow: a few million elements
+ *     per second per thread.
+ *   - F32: copied.
+ * Every finite input dequantizes to finite values, except with F16, which converts like IEEE (|x| >= 65520 becomes
+ * +-inf, as in ggml). Scales beyond f16's range saturate. Values so small that a block's f16 scale underflows
+ * (block maximum below about 1e-5 for the 32-wide formats, 1e-7 for the K-quants) lose precision or come back as
+ * 0; Q8_K's scale is f32 and has neither limit.
+ *
+ * Statuses: KT_STATUS_INVALID_ARGUMENT (src NULL while there are elements, n_rows < 0, n_per_row <= 0 or not a
+ * multiple of the block size, a size that overflows, an unknown type id), KT_STATUS_UNSUPPORTED (a known type with
+ * no quantizer: I8 ... F64), KT_STATUS_BUFFER_TOO_SMALL (dst_capacity below the size; nothing is written). */
+KT_API kt_status kt_quantize(int32_t type, const float *src, int64_t n_rows, int64_t n_per_row, void *dst,
+                             uint64_t dst_capacity, uint64_t *out_bytes);
+
+/* The inverse: reads n_rows rows of n_per_row elements of `type` from src (laid out as kt_quantize writes them)
+ * and writes n_rows * n_per_row floats to dst, bit for bit as ggml's dequantizers do. src needs no particular
+ * alignment; src_bytes must be at least the size of the rows (further bytes are ignored); dst_capacity is in
+ * floats. Statuses: KT_STATUS_INVALID_ARGUMENT (NULL pointers while there are elements, bad row counts or lengths
+ * as for kt_quantize, src_bytes too small, an unknown type id), KT_STATUS_UNSUPPORTED (see
+ * kt_type_can_dequantize), KT_STATUS_BUFFER_TOO_SMALL (dst_capacity below n_rows * n_per_row; nothing is written). */
+KT_API kt_status kt_dequantize(int32_t type, const void *src, uint64_t src_bytes, int64_t n_rows, int64_t n_per_row,
+                               float *dst, uint64_t dst_capacity);
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* GGUF writing: metadata and tensors collected in a writer, then written as a GGUF v3 file in one go.           */
+
+/* A writer is used by one thread at a time (different writers are independent). Every setter copies what it is
+ * given (keys, strings, arrays, tensor bytes), so the caller's buffers may be reused as soon as it returns;
+ * streamed tensors (kt_gguf_writer_add_tensor_fill) are produced by the caller's callback during
+ * kt_gguf_writer_write_file instead. Keys and tensors are written in the order they were added.
+ *
+ * Every setter checks its entry at once: on failure nothing is added, the status is returned and
+ * kt_gguf_writer_last_error names the key or tensor. Statuses common to all setters: KT_STATUS_INVALID_ARGUMENT
+ * for a NULL writer or key, a key that is empty, longer than 65535 bytes or already set, a value out of range for
+ * its type, a type id that is not a GGUF value type the setter takes; KT_STATUS_OUT_OF_MEMORY. */
+
+typedef struct kt_gguf_writer kt_gguf_writer;
+
+/* Creates an empty writer. alignment: of the tensor data, a power of two in [8, 2^30], or 0 for the GGUF default
+ * of 32; a non-default alignment is recorded in the file as general.alignment (UINT32) automatically. On failure
+ * (KT_STATUS_INVALID_ARGUMENT for a bad alignment or a NULL out_writer, KT_STATUS_OUT_OF_MEMORY) *out_writer is
+ * set to NULL. Free with kt_gguf_writer_free. */
+KT_API kt_status kt_gguf_writer_create(uint32_t alignment, kt_gguf_writer **out_writer);
+KT_API void kt_gguf_writer_free(kt_gguf_writer *writer);
+
+/* The message of the last failed call on this writer ("" if none). Valid until the next failing call on it or
+ * kt_gguf_writer_free. */
+KT_API const char *kt_gguf_writer_last_error(const kt_gguf_writer *writer);
+
+/* An integer of type meta_type: KT_META_UINT8, INT8, UINT16, INT16, UINT32, INT32, INT64 or UINT64 (for values
+ * above INT64_MAX use kt_gguf_writer_set_uint64). A value outside the type's range is KT_STATUS_INVALID_ARGUMENT. */
+KT_API kt_status kt_gguf_writer_set_int(kt_gguf_writer *writer, const char *key, int32_t meta_type, int64_t value);
+KT_API kt_status kt_gguf_writer_set_uint64(kt_gguf_writer *writer, const char *key, uint64_t value);
+/* meta_type KT_META_FLOAT32 or KT_META_FLOAT64. A finite value beyond f32's range is KT_STATUS_INVALID_ARGUMENT for
+ * FLOAT32 (infinities and NaN are stored as they are). */
+KT_API kt_status kt_gguf_writer_set_float(kt_gguf_writer *writer, const char *key, int32_t meta_type, double value);
+/* value 0 or 1; anything else is KT_STATUS_INVALID_ARGUMENT. */
+KT_API kt_status kt_gguf_writer_set_bool(kt_gguf_writer *writer, const char *key, int32_t value);
+/* `length` bytes from value (which need not be NUL-terminated and may contain NUL bytes; NULL only when length is
+ * 0). GGUF expects UTF-8; kt does not check. */
+KT_API kt_status kt_gguf_writer_set_string(kt_gguf_writer *writer, const char *key, const char *value,
+                                           uint64_t length);
+/* An array of `count` elements of a fixed-size type (any KT_META_* except STRING and ARRAY), packed little-endian
+ * in data (NULL only when count is 0): 1 byte per UINT8/INT8/BOOL element, 2 per (U)INT16, 4 per (U)INT32 and
+ * FLOAT32, 8 per (U)INT64 and FLOAT64. BOOL elements must be 0 or 1. */
+KT_API kt_status kt_gguf_writer_set_array(kt_gguf_writer *writer, const char *key, int32_t element_type,
+                                          const void *data, uint64_t count);
+/* An array of `count` strings: values[i] holds lengths[i] bytes, or, when lengths is NULL, is NUL-terminated.
+ * values may be NULL only when count is 0, and values[i] only when lengths[i] is 0. */
+KT_API kt_status kt_gguf_writer_set_array_string(kt_gguf_writer *writer, const char *key, const char *const *values,
+                                                 const uint64_t *lengths, uint64_t count);
+
+/* Adds a tensor of `type` (KT_TYPE_*) and shape ne[0 .. n_dims-1] (GGML order: ne[0] is the row length, and must
+ * be a multiple of kt_type_block_size(type)), copying its n_bytes bytes from data; n_bytes must be exactly the
+ * tensor's size (kt_quantize's out_bytes for its rows). Names are 1..64 bytes and unique. Statuses:
+ * KT_STATUS_INVALID_ARGUMENT (a bad name, an unknown type, n_dims outside 1..4, a dimension <= 0, a row length
+ * that is not a multiple of the block size, a wrong n_bytes, a duplicate name). */
+KT_API kt_status kt_gguf_writer_add_tensor(kt_gguf_writer *writer, const char *name, int32_t type, int32_t n_dims,
+                                           const int64_t *ne, const void *data, uint64_t n_bytes);
+
+/* Produces a streamed tensor's bytes: fill all n_bytes of dst (valid only during the call) and return 0; return
+ * anything else to abandon the write. */
+typedef int32_t (*kt_gguf_fill_callback)(void *dst, uint64_t n_bytes, void *user_data);
+
+/* As kt_gguf_writer_add_tensor, but the bytes come from `fill`, called once per kt_gguf_writer_write_file, on the
+ * calling thread, in tensor order, with a buffer of exactly the tensor's size. kt holds one tensor's bytes at a
+ * time, so a model far larger than memory can be written tensor by tensor. user_data must stay valid for as long
+ * as the writer may write. */
+KT_API kt_status kt_gguf_writer_add_tensor_fill(kt_gguf_writer *writer, const char *name, int32_t type,
+                                                int32_t n_dims, const int64_t *ne, kt_gguf_fill_callback fill,
+                                                void *user_data);
+
+/* Writes everything added so far to `path`, atomically: a temporary file next to it is written, flushed and renamed
+ * over `path`, so on any failure `path` is left as it was (absent or with its old contents) and no temporary file
+ * remains. The writer stays usable and may write again. Statuses: KT_STATUS_IO_ERROR (the message carries errno's
+ * text), KT_STATUS_CANCELLED (a fill callback returned non-zero), KT_STATUS_OUT_OF_MEMORY,
+ * KT_STATUS_INVALID_ARGUMENT (NULL path). */
+KT_API kt_status kt_gguf_writer_write_file(kt_gguf_writer *writer, const char *path);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

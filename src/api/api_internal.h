@@ -7,6 +7,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <unordered_set>
 
 #include "core/status.h"
 #include "kt.h"
@@ -29,6 +30,14 @@ struct kt_error_slot {
 
 struct kt_model {
     std::unique_ptr<kt::gguf::File> file;
+    kt_error_slot error;
+};
+
+struct kt_gguf_writer {
+    kt::gguf::Writer writer;
+    // Keys and tensor names added so far, so that a duplicate is rejected by the call that adds it.
+    std::unordered_set<std::string> keys;
+    std::unordered_set<std::string> tensor_names;
     kt_error_slot error;
 };
 

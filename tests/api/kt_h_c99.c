@@ -16,6 +16,34 @@ KT_STATIC_ASSERT(offsetof(kt_tensor_info, ne) == 16, tensor_info_ne_offset);
 KT_STATIC_ASSERT(offsetof(kt_tensor_info, name) == 72, tensor_info_name_offset);
 KT_STATIC_ASSERT(sizeof(kt_tensor_info) == 80, tensor_info_size);
 
+static int32_t fill_zeros(void *dst, uint64_t n_bytes, void *user_data) {
+    (void)user_data;
+    memset(dst, 0, (size_t)n_bytes);
+    return 0;
+}
+
+/* Quantization and the GGUF writer from C: a Q8_0 round trip, and a writer with a key and a streamed tensor. */
+static int quantize_and_writer_smoke(void) {
+    float x[64], y[64];
+    unsigned char q[2 * 34];
+    uint64_t bytes = 0;
+    int64_t ne[2] = {32, 2};
+    kt_gguf_writer *writer = NULL;
+    int i, ok = 1;
+    for (i = 0; i < 64; ++i) x[i] = (float)(i - 32) / 8.0f;
+    if (!kt_type_can_quantize(KT_TYPE_Q8_0)) return 0;
+    if (kt_quantize(KT_TYPE_Q8_0, x, 2, 32, q, sizeof q, &bytes) != KT_STATUS_OK || bytes != sizeof q) return 0;
+    if (kt_dequantize(KT_TYPE_Q8_0, q, sizeof q, 2, 32, y, 64) != KT_STATUS_OK) return 0;
+    for (i = 0; i < 64; ++i) ok = ok && y[i] - x[i] < 0.02f && x[i] - y[i] < 0.02f;
+    if (kt_gguf_writer_create(0, &writer) != KT_STATUS_OK) return 0;
+    ok = ok && kt_gguf_writer_set_int(writer, "c.answer", KT_META_INT32, 42) == KT_STATUS_OK;
+    ok = ok && kt_gguf_writer_add_tensor_fill(writer, "c.zeros", KT_TYPE_Q8_0, 2, ne, fill_zeros, NULL) == KT_STATUS_OK;
+    ok = ok && kt_gguf_writer_set_int(writer, "c.answer", KT_META_INT32, 43) == KT_STATUS_INVALID_ARGUMENT;
+    ok = ok && strstr(kt_gguf_writer_last_error(writer), "c.answer") != NULL;
+    kt_gguf_writer_free(writer);
+    return ok;
+}
+
 static int32_t count_progress(float progress, void *user_data) {
     (void)progress;
     ++*(int *)user_data;
@@ -31,6 +59,10 @@ int main(int argc, char **argv) {
     float *values;
 
     if (kt_version_number() != KT_VERSION_NUMBER) return 1;
+    if (!quantize_and_writer_smoke()) {
+        fprintf(stderr, "quantize / writer smoke test failed\n");
+        return 1;
+    }
     printf("%s\n", kt_build_info());
     if (argc < 2) return 1;
 

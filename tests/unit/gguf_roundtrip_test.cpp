@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <stdexcept>
 
 #include "model/gguf/gguf.h"
 #include "ops/types.h"
@@ -196,4 +197,27 @@ TEST_CASE("gguf writer: write_file output equals write_buffer output and is worl
     struct stat st;
     REQUIRE(stat(path.c_str(), &st) == 0);
     CHECK((st.st_mode & 0444) == 0444);
+}
+
+TEST_CASE("gguf writer: a fill that throws leaves no temporary file, and the writer reports entries it will reject") {
+    test::TempDir dir;
+    gguf::Writer w;
+    w.add_tensor("throws", KT_TYPE_F32, {4}, [](uint8_t *, uint64_t) -> Status { throw std::runtime_error("boom"); });
+    CHECK_THROWS_AS(w.write_file(dir.file("m.gguf")), std::runtime_error);
+    CHECK(std::filesystem::is_empty(dir.path()));
+
+    // check_value / tensor_bytes apply write_file's rules to one entry.
+    CHECK(w.check_value("a", Value::u32(1)).is_ok());
+    CHECK(w.check_value("", Value::u32(1)).code() == KT_STATUS_INVALID_ARGUMENT);
+    CHECK(w.check_value("general.alignment", Value::u32(64)).code() == KT_STATUS_INVALID_ARGUMENT);
+    CHECK(w.check_value("general.alignment", Value::u32(32)).is_ok());
+    CHECK(w.check_value("b", Value::array(gguf::ValueType::kBool, {0, 2})).code() == KT_STATUS_INVALID_ARGUMENT);
+    uint64_t n_bytes = 0;
+    REQUIRE(gguf::Writer::tensor_bytes("t", KT_TYPE_Q4_K, {512, 3}, &n_bytes).is_ok());
+    CHECK(n_bytes == 2 * 3 * 144);
+    CHECK(gguf::Writer::tensor_bytes("t", KT_TYPE_Q4_K, {100}, &n_bytes).code() == KT_STATUS_INVALID_ARGUMENT);
+    CHECK(gguf::Writer::tensor_bytes("t", KT_TYPE_F32, {1ll << 62, 1ll << 62}, &n_bytes).code() ==
+          KT_STATUS_INVALID_ARGUMENT);
+    CHECK(gguf::Writer::valid_alignment(64));
+    CHECK_FALSE(gguf::Writer::valid_alignment(48));
 }

@@ -173,11 +173,21 @@ public:
     void add_tensor_bytes(std::string name, int32_t type, std::vector<int64_t> ne, std::vector<uint8_t> data);
 
     // Writes atomically: a temporary file in the same directory is filled, flushed and renamed over `path`, so
-    // a failure (or a cancelled fill) never leaves a half-written file behind.
+    // a failure (or a cancelled fill, or an exception from one) never leaves a half-written file behind. Each
+    // fill is called once per write, in order; the writer holds one tensor's bytes at a time.
     Status write_file(const std::string &path) const;
     Status write_buffer(std::vector<uint8_t> *out) const;
 
+    // The checks write_* applies to one entry, for callers that add entries one by one and want a bad one
+    // rejected at once (the C ABI). check_value: key length, value type and size, bools, general.alignment (must
+    // be the UINT32 this writer was created with). tensor_bytes: name length, type, shape; gives the tensor's
+    // size. Neither checks for duplicates.
+    Status check_value(std::string_view key, const Value &value) const;
+    static Status tensor_bytes(std::string_view name, int32_t type, const std::vector<int64_t> &ne, uint64_t *n_bytes);
+
     uint32_t alignment() const { return alignment_; }
+    // Whether `alignment` is one write_* accepts: a power of two in [kMinAlignment, kMaxAlignment].
+    static bool valid_alignment(uint64_t alignment);
 
 private:
     struct PendingTensor {

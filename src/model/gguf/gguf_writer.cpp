@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <unordered_set>
@@ -111,74 +112,91 @@ struct Writer::Layout {
     uint64_t largest = 0;
 };
 
+bool Writer::valid_alignment(uint64_t alignment) {
+    return alignment >= kMinAlignment && alignment <= kMaxAlignment && (alignment & (alignment - 1)) == 0;
+}
+
+Status Writer::check_value(std::string_view key, const Value &value) const {
+    const std::string k(key);  // NUL-terminated for the messages
+    KT_RETURN_IF(key.empty() || key.size() > kMaxKeyLength, KT_STATUS_INVALID_ARGUMENT,
+                 "gguf writer: key '%s' must be 1..%llu bytes", k.c_str(), static_cast<unsigned long long>(kMaxKeyLength));
+    const bool is_array = value.type == ValueType::kArray;
+    KT_RETURN_IF(static_cast<uint32_t>(value.element_type) >= kValueTypeCount || value.element_type == ValueType::kArray ||
+                     (!is_array && value.type != value.element_type),
+                 KT_STATUS_INVALID_ARGUMENT, "gguf writer: key '%s' has an invalid value type", k.c_str());
+    if (value.element_type == ValueType::kString) {
+        KT_RETURN_IF(!is_array && value.strings.size() != 1, KT_STATUS_INVALID_ARGUMENT,
+                     "gguf writer: string key '%s' must hold exactly one string", k.c_str());
+    } else {
+        const uint64_t size = value_type_size(value.element_type);
+        KT_RETURN_IF(value.raw.size() % size != 0 || (!is_array && value.raw.size() != size), KT_STATUS_INVALID_ARGUMENT,
+                     "gguf writer: key '%s' has %zu value bytes for type %s", k.c_str(), value.raw.size(),
+                     value_type_name(value.element_type));
+        if (value.element_type == ValueType::kBool)
+            for (uint8_t b : value.raw)
+                KT_RETURN_IF(b > 1, KT_STATUS_INVALID_ARGUMENT, "gguf writer: key '%s' has a bool that is not 0/1",
+                             k.c_str());
+    }
+    if (key == "general.alignment") {
+        uint32_t a = 0;
+        if (value.type == ValueType::kUint32) std::memcpy(&a, value.raw.data(), 4);
+        KT_RETURN_IF(a != alignment_, KT_STATUS_INVALID_ARGUMENT,
+                     "gguf writer: general.alignment must be the UINT32 %u the writer was created with", alignment_);
+    }
+    return Status::ok();
+}
+
+Status Writer::tensor_bytes(std::string_view name, int32_t type, const std::vector<int64_t> &ne, uint64_t *n_bytes) {
+    const std::string n(name);
+    KT_RETURN_IF(name.empty() || name.size() > kMaxTensorNameLength, KT_STATUS_INVALID_ARGUMENT,
+                 "gguf writer: tensor name '%s' must be 1..%llu bytes", n.c_str(),
+                 static_cast<unsigned long long>(kMaxTensorNameLength));
+    const ops::TypeTraits *traits = ops::type_traits(type);
+    KT_RETURN_IF(!traits, KT_STATUS_INVALID_ARGUMENT, "gguf writer: tensor '%s' has unknown type %d", n.c_str(), type);
+    KT_RETURN_IF(ne.empty() || ne.size() > kMaxDims, KT_STATUS_INVALID_ARGUMENT,
+                 "gguf writer: tensor '%s' must have 1..4 dimensions, not %zu", n.c_str(), ne.size());
+    uint64_t bytes = 1;
+    bool ok = true;
+    for (size_t d = 0; d < ne.size(); ++d) {
+        KT_RETURN_IF(ne[d] <= 0, KT_STATUS_INVALID_ARGUMENT, "gguf writer: tensor '%s' dimension %zu is %lld",
+                     n.c_str(), d, static_cast<long long>(ne[d]));
+        if (d == 0) {
+            KT_RETURN_IF(ne[0] % traits->block_size != 0, KT_STATUS_INVALID_ARGUMENT,
+                         "gguf writer: tensor '%s' row length %lld is not a multiple of the %s block size %lld",
+                         n.c_str(), static_cast<long long>(ne[0]), traits->name,
+                         static_cast<long long>(traits->block_size));
+            ok = checked_mul(static_cast<uint64_t>(ne[0] / traits->block_size),
+                             static_cast<uint64_t>(traits->block_bytes), &bytes);
+        } else {
+            ok = ok && checked_mul(bytes, static_cast<uint64_t>(ne[d]), &bytes);
+        }
+    }
+    KT_RETURN_IF(!ok, KT_STATUS_INVALID_ARGUMENT, "gguf writer: tensor '%s' is too large", n.c_str());
+    *n_bytes = bytes;
+    return Status::ok();
+}
+
 Status Writer::plan(Layout *layout) const {
-    KT_RETURN_IF(alignment_ < kMinAlignment || alignment_ > kMaxAlignment || (alignment_ & (alignment_ - 1)) != 0,
-                 KT_STATUS_INVALID_ARGUMENT, "gguf writer: alignment %u is not a power of two between 8 and 2^30",
-                 alignment_);
+    KT_RETURN_IF(!valid_alignment(alignment_), KT_STATUS_INVALID_ARGUMENT,
+                 "gguf writer: alignment %u is not a power of two between 8 and 2^30", alignment_);
     std::unordered_set<std::string_view> keys;
     bool has_alignment_key = false;
     for (const auto &[key, value] : kvs_) {
-        KT_RETURN_IF(key.empty() || key.size() > kMaxKeyLength, KT_STATUS_INVALID_ARGUMENT,
-                     "gguf writer: key '%s' must be 1..%llu bytes", key.c_str(),
-                     static_cast<unsigned long long>(kMaxKeyLength));
+        KT_TRY(check_value(key, value));
         KT_RETURN_IF(!keys.insert(key).second, KT_STATUS_INVALID_ARGUMENT, "gguf writer: duplicate key '%s'", key.c_str());
-        const bool is_array = value.type == ValueType::kArray;
-        KT_RETURN_IF(static_cast<uint32_t>(value.element_type) >= kValueTypeCount || value.element_type == ValueType::kArray ||
-                         (!is_array && value.type != value.element_type),
-                     KT_STATUS_INVALID_ARGUMENT, "gguf writer: key '%s' has an invalid value type", key.c_str());
-        if (value.element_type == ValueType::kString) {
-            KT_RETURN_IF(!is_array && value.strings.size() != 1, KT_STATUS_INVALID_ARGUMENT,
-                         "gguf writer: string key '%s' must hold exactly one string", key.c_str());
-        } else {
-            const uint64_t size = value_type_size(value.element_type);
-            KT_RETURN_IF(value.raw.size() % size != 0 || (!is_array && value.raw.size() != size),
-                         KT_STATUS_INVALID_ARGUMENT, "gguf writer: key '%s' has %zu value bytes for type %s",
-                         key.c_str(), value.raw.size(), value_type_name(value.element_type));
-            if (value.element_type == ValueType::kBool)
-                for (uint8_t b : value.raw)
-                    KT_RETURN_IF(b > 1, KT_STATUS_INVALID_ARGUMENT, "gguf writer: key '%s' has a bool that is not 0/1",
-                                 key.c_str());
-        }
-        if (key == "general.alignment") {
-            has_alignment_key = true;
-            uint32_t a = 0;
-            if (value.type == ValueType::kUint32) std::memcpy(&a, value.raw.data(), 4);
-            KT_RETURN_IF(a != alignment_, KT_STATUS_INVALID_ARGUMENT,
-                         "gguf writer: general.alignment must be the UINT32 %u the writer was created with", alignment_);
-        }
+        has_alignment_key = has_alignment_key || key == "general.alignment";
     }
     layout->add_alignment_key = !has_alignment_key && alignment_ != kDefaultAlignment;
 
     std::unordered_set<std::string_view> names;
     uint64_t offset = 0;
     for (const PendingTensor &t : tensors_) {
-        KT_RETURN_IF(t.name.empty() || t.name.size() > kMaxTensorNameLength, KT_STATUS_INVALID_ARGUMENT,
-                     "gguf writer: tensor name '%s' must be 1..%llu bytes", t.name.c_str(),
-                     static_cast<unsigned long long>(kMaxTensorNameLength));
+        uint64_t n_bytes = 0;
+        KT_TRY(tensor_bytes(t.name, t.type, t.ne, &n_bytes));
         KT_RETURN_IF(!names.insert(t.name).second, KT_STATUS_INVALID_ARGUMENT, "gguf writer: duplicate tensor '%s'",
                      t.name.c_str());
-        const ops::TypeTraits *traits = ops::type_traits(t.type);
-        KT_RETURN_IF(!traits, KT_STATUS_INVALID_ARGUMENT, "gguf writer: tensor '%s' has unknown type %d", t.name.c_str(),
-                     t.type);
-        KT_RETURN_IF(t.ne.empty() || t.ne.size() > kMaxDims, KT_STATUS_INVALID_ARGUMENT,
-                     "gguf writer: tensor '%s' must have 1..4 dimensions", t.name.c_str());
-        uint64_t n_bytes = 1;
-        bool ok = true;
-        for (size_t d = 0; d < t.ne.size(); ++d) {
-            KT_RETURN_IF(t.ne[d] <= 0, KT_STATUS_INVALID_ARGUMENT, "gguf writer: tensor '%s' dimension %zu is %lld",
-                         t.name.c_str(), d, static_cast<long long>(t.ne[d]));
-            if (d == 0) {
-                KT_RETURN_IF(t.ne[0] % traits->block_size != 0, KT_STATUS_INVALID_ARGUMENT,
-                             "gguf writer: tensor '%s' row length %lld is not a multiple of the %s block size",
-                             t.name.c_str(), static_cast<long long>(t.ne[0]), traits->name);
-                ok = checked_mul(static_cast<uint64_t>(t.ne[0] / traits->block_size),
-                                 static_cast<uint64_t>(traits->block_bytes), &n_bytes);
-            } else {
-                ok = ok && checked_mul(n_bytes, static_cast<uint64_t>(t.ne[d]), &n_bytes);
-            }
-        }
         uint64_t next;
-        ok = ok && checked_add(offset, n_bytes, &next) && checked_align_up(next, alignment_, &next);
+        const bool ok = checked_add(offset, n_bytes, &next) && checked_align_up(next, alignment_, &next);
         KT_RETURN_IF(!ok, KT_STATUS_INVALID_ARGUMENT, "gguf writer: tensor '%s' is too large", t.name.c_str());
         layout->n_bytes.push_back(n_bytes);
         layout->offsets.push_back(offset);
@@ -286,36 +304,48 @@ Status Writer::write_buffer(std::vector<uint8_t> *out) const {
 Status Writer::write_file(const std::string &path) const {
     Layout layout;
     KT_TRY(plan(&layout));
-    std::string temp = path + ".tmp.XXXXXX";
-    const int fd = mkstemp(temp.data());
-    KT_RETURN_IF(fd < 0, KT_STATUS_IO_ERROR, "%s: cannot create a temporary file next to it: %s", path.c_str(),
-                 std::strerror(errno));
+    // Until it is renamed into place, the temporary file is closed and removed on every way out, including an
+    // exception thrown by a fill callback or an allocation.
+    struct TempFile {
+        std::string path;
+        int fd = -1;
+        bool keep = false;
+        ~TempFile() {
+            if (fd >= 0) ::close(fd);
+            if (!keep) ::unlink(path.c_str());
+        }
+    } temp{path + ".tmp.XXXXXX"};
+    temp.fd = mkstemp(temp.path.data());
+    if (temp.fd < 0) {
+        temp.keep = true;  // nothing was created
+        return Status::error(KT_STATUS_IO_ERROR, "%s: cannot create a temporary file next to it: %s", path.c_str(),
+                             std::strerror(errno));
+    }
     std::vector<uint8_t> scratch;
-    Status status = emit(layout,
-                         [&](const uint8_t *p, uint64_t n) -> Status {
-                             while (n > 0) {
-                                 const ssize_t w = ::write(fd, p, n);
-                                 if (w < 0 && errno == EINTR) continue;
-                                 KT_RETURN_IF(w <= 0, KT_STATUS_IO_ERROR, "%s: write failed: %s", temp.c_str(),
-                                              std::strerror(errno));
-                                 p += w;
-                                 n -= static_cast<uint64_t>(w);
-                             }
-                             return Status::ok();
-                         },
-                         &scratch);
-    if (status.is_ok() && fsync(fd) != 0)
-        status = Status::error(KT_STATUS_IO_ERROR, "%s: fsync failed: %s", temp.c_str(), std::strerror(errno));
+    KT_TRY(emit(layout,
+                [&](const uint8_t *p, uint64_t n) -> Status {
+                    while (n > 0) {
+                        const ssize_t w = ::write(temp.fd, p, n);
+                        if (w < 0 && errno == EINTR) continue;
+                        KT_RETURN_IF(w <= 0, KT_STATUS_IO_ERROR, "%s: write failed: %s", temp.path.c_str(),
+                                     std::strerror(errno));
+                        p += w;
+                        n -= static_cast<uint64_t>(w);
+                    }
+                    return Status::ok();
+                },
+                &scratch));
+    KT_RETURN_IF(fsync(temp.fd) != 0, KT_STATUS_IO_ERROR, "%s: fsync failed: %s", temp.path.c_str(), std::strerror(errno));
     // mkstemp creates 0600; a model file should be readable like any other file the user writes. (Reading the
     // umask would need umask(), which is not thread-safe, so use the common default.)
-    if (status.is_ok()) fchmod(fd, 0644);
-    if (::close(fd) != 0 && status.is_ok())
-        status = Status::error(KT_STATUS_IO_ERROR, "%s: close failed: %s", temp.c_str(), std::strerror(errno));
-    if (status.is_ok() && std::rename(temp.c_str(), path.c_str()) != 0)
-        status = Status::error(KT_STATUS_IO_ERROR, "%s: cannot rename the finished file into place: %s", path.c_str(),
-                               std::strerror(errno));
-    if (!status.is_ok()) ::unlink(temp.c_str());
-    return status;
+    fchmod(temp.fd, 0644);
+    const int fd = temp.fd;
+    temp.fd = -1;
+    KT_RETURN_IF(::close(fd) != 0, KT_STATUS_IO_ERROR, "%s: close failed: %s", temp.path.c_str(), std::strerror(errno));
+    KT_RETURN_IF(std::rename(temp.path.c_str(), path.c_str()) != 0, KT_STATUS_IO_ERROR,
+                 "%s: cannot rename the finished file into place: %s", path.c_str(), std::strerror(errno));
+    temp.keep = true;
+    return Status::ok();
 }
 
 }  // namespace kt::gguf

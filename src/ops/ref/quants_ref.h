@@ -2,7 +2,11 @@
 //
 // Dequantization reproduces ggml's reference dequantizers bit for bit (checked against shared/testdata/quants):
 // IEEE binary32, one rounding per operation, in the order reference/../testdata/quants/README.md states, and no
-// FMA contraction (this file's translation unit is compiled with -ffp-contract=off).
+// FMA contraction (both translation units are compiled with -ffp-contract=off).
+//
+// Quantization (quantize_ref.cpp) follows ggml's reference rules exactly for Q8_0, Q8_1, Q8_K, Q4_0, Q4_1, Q5_0,
+// Q5_1 and IQ4_NL (tests/golden compares bytes with llama.cpp's) and uses kt's own least-squares search for the
+// K-quants and IQ4_XS (tests/unit states the error each reaches).
 #pragma once
 
 #include <cstdint>
@@ -18,5 +22,14 @@ bool can_dequantize(int32_t type);
 // Dequantizes n elements (n a multiple of the type's block size) from src to dst. Precondition:
 // can_dequantize(type); callers validate shapes first.
 void dequantize_row(int32_t type, const void *src, float *dst, int64_t n);
+
+// True for the types quantize_row produces: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, IQ4_NL, Q2_K,
+// Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_XS.
+bool can_quantize(int32_t type);
+
+// Quantizes n elements (n a multiple of the type's block size) from src into dst, which receives
+// ops::row_bytes(type, n) bytes and needs no particular alignment. Every finite input dequantizes to finite
+// values, except that F16 converts like IEEE (|x| >= 65520 becomes +-inf). Precondition: can_quantize(type).
+void quantize_row(int32_t type, const float *src, void *dst, int64_t n);
 
 }  // namespace kt::ref

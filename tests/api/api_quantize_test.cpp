@@ -1,0 +1,116 @@
+// kt_quantize / kt_dequantize through the C ABI: every type, size queries, alignment, and every error path.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kt.h"
+#include "support/test_support.h"
+
+namespace {
+
+uint64_t size_of_rows(int32_t type, int64_t rows, int64_t n) {
+    return static_cast<uint64_t>(rows * (n / kt_type_block_size(type)) * kt_type_block_bytes(type));
+}
+
+}  // namespace
+
+TEST_CASE("api: kt_type_can_quantize and kt_type_can_dequantize") {
+    const int32_t quantizable[] = {KT_TYPE_F32,  KT_TYPE_F16,  KT_TYPE_BF16, KT_TYPE_Q4_0,   KT_TYPE_Q4_1,  KT_TYPE_Q5_0,
+                                   KT_TYPE_Q5_1, KT_TYPE_Q8_0, KT_TYPE_Q8_1, KT_TYPE_Q2_K,   KT_TYPE_Q3_K,  KT_TYPE_Q4_K,
+                                   KT_TYPE_Q5_K, KT_TYPE_Q6_K, KT_TYPE_Q8_K, KT_TYPE_IQ4_NL, KT_TYPE_IQ4_XS};
+    int count = 0;
+    for (int32_t type = -1; type < 64; ++type) {
+        INFO("type " << type);
+        bool listed = false;
+        for (int32_t t : quantizable) listed = listed || t == type;
+        CHECK(kt_type_can_quantize(type) == (listed ? 1 : 0));
+        count += kt_type_can_quantize(type);
+        if (kt_type_name(type) == nullptr) CHECK(kt_type_can_dequantize(type) == 0);
+    }
+    CHECK(count == 17);
+    for (int32_t type : {KT_TYPE_I8, KT_TYPE_I16, KT_TYPE_I32, KT_TYPE_I64, KT_TYPE_F64, KT_TYPE_Q4_K})
+        CHECK(kt_type_can_dequantize(type) == 1);
+}
+
+TEST_CASE("api: kt_quantize then kt_dequantize, for every type, with a size query first") {
+    for (int32_t type = 0; type < 64; ++type) {
+        if (!kt_type_can_quantize(type)) continue;
+        INFO(kt_type_name(type));
+        const int64_t rows = 3, n = 2 * 256;
+        const std::vector<float> x = kt::test::random_normal(static_cast<size_t>(rows * n), 40 + static_cast<uint64_t>(type));
+
+        uint64_t needed = 0;
+        CHECK(kt_quantize(type, x.data(), rows, n, nullptr, 0, &needed) == KT_STATUS_BUFFER_TOO_SMALL);
+        REQUIRE(needed == size_of_rows(type, rows, n));
+        std::vector<uint8_t> q(needed + 1, 0xAB);
+        CHECK(kt_quantize(type, x.data(), rows, n, q.data(), needed - 1, &needed) == KT_STATUS_BUFFER_TOO_SMALL);
+        CHECK(q[0] == 0xAB);  // nothing written
+        uint64_t written = 0;
+        REQUIRE(kt_quantize(type, x.data(), rows, n, q.data(), needed, &written) == KT_STATUS_OK);
+        CHECK(written == needed);
+        CHECK(q[needed] == 0xAB);  // nothing past the end
+
+        std::vector<float> y(x.size());
+        REQUIRE(kt_dequantize(type, q.data(), needed, rows, n, y.data(), y.size()) == KT_STATUS_OK);
+        double err = 0, norm = 0;
+        for (size_t i = 0; i < x.size(); ++i) {
+            err += (y[i] - x[i]) * static_cast<double>(y[i] - x[i]);
+            norm += x[i] * static_cast<double>(x[i]);
+        }
+        CHECK(std::sqrt(err / norm) < 0.27);  // the coarsest format, Q2_K, is at 0.26
+
+        // The same bytes at an odd address, in and out, give the same results.
+        std::vector<uint8_t> shifted(needed + 1);
+        REQUIRE(kt_quantize(type, x.data(), rows, n, shifted.data() + 1, needed, nullptr) == KT_STATUS_OK);
+        CHECK(std::memcmp(shifted.data() + 1, q.data(), needed) == 0);
+        std::vector<float> y2(x.size());
+        REQUIRE(kt_dequantize(type, shifted.data() + 1, needed, rows, n, y2.data(), y2.size()) == KT_STATUS_OK);
+        CHECK(std::memcmp(y.data(), y2.data(), y.size() * sizeof(float)) == 0);
+    }
+}
+
+TEST_CASE("api: kt_dequantize reads the integer types") {
+    const int32_t values[] = {-7, 0, 1, 123456};
+    std::vector<float> y(4);
+    REQUIRE(kt_dequantize(KT_TYPE_I32, values, sizeof values, 2, 2, y.data(), y.size()) == KT_STATUS_OK);
+    CHECK(y == std::vector<float>{-7.0f, 0.0f, 1.0f, 123456.0f});
+}
+
+TEST_CASE("api: kt_quantize and kt_dequantize reject bad arguments") {
+    std::vector<float> x(512, 1.0f), y(512);
+    std::vector<uint8_t> q(4096);
+    uint64_t needed = 12345;
+    // Unknown type ids are invalid; known types without a quantizer are unsupported.
+    CHECK(kt_quantize(4, x.data(), 1, 32, q.data(), q.size(), &needed) == KT_STATUS_INVALID_ARGUMENT);
+    CHECK(kt_quantize(99, x.data(), 1, 32, q.data(), q.size(), &needed) == KT_STATUS_INVALID_ARGUMENT);
+    CHECK(kt_quantize(-1, x.data(), 1, 32, q.data(), q.size(), &needed) == KT_STATUS_INVALID_ARGUMENT);
+    CHECK(kt_quantize(KT_TYPE_I32, x.data(), 1, 32, q.data(), q.size(), &needed) == KT_STATUS_UNSUPPORTED);
+    CHECK(kt_dequantize(99, q.data(), q.size(), 1, 32, y.data(), y.size()) == KT_STATUS_INVALID_ARGUMENT);
+    CHECK(needed == 12345);  // untouched by failures before the size is known
+    // Row lengths that are not a positive multiple of the block; negative row counts.
+    CHECK(kt_quantize(KT_TYPE_Q4_K, x.data(), 1, 255, q.data(), q.size(), nullptr) == KT_STATUS_INVALID_ARGUMENT);
+    CHECK(kt_quantize(KT_TYPE_Q8_0, x.data(), 1, 33, q.data(), q.size(), nullptr) == KT_STATUS_INVALID_ARGUMENT);
+    CHECK(kt_quantize(KT_TYPE_Q8_0, x.data(), 1, 0, q.data(), q.size(), nullptr) == KT_STATUS_INVALID_ARGUMENT);
+    CHECK(kt_quantize(KT_TYPE_Q8_0, x.data(), -1, 32, q.data(), q.size(), nullptr) == KT_STATUS_INVALID_ARGUMENT);
+    CHECK(kt_dequantize(KT_TYPE_Q4_K, q.data(), q.size(), 1, 100, y.data(), y.size()) == KT_STATUS_INVALID_ARGUMENT);
+    CHECK(kt_dequantize(KT_TYPE_Q4_K, q.data(), q.size(), -2, 256, y.data(), y.size()) == KT_STATUS_INVALID_ARGUMENT);
+    // Sizes that overflow.
+    CHECK(kt_quantize(KT_TYPE_F32, x.data(), INT64_MAX, 32, q.data(), q.size(), nullptr) == KT_STATUS_INVALID_ARGUMENT);
+    CHECK(kt_dequantize(KT_TYPE_F32, q.data(), q.size(), INT64_MAX / 2, 64, y.data(), y.size()) ==
+          KT_STATUS_INVALID_ARGUMENT);
+    // NULL buffers (with elements to process).
+    CHECK(kt_quantize(KT_TYPE_Q8_0, nullptr, 1, 32, q.data(), q.size(), nullptr) == KT_STATUS_INVALID_ARGUMENT);
+    CHECK(kt_quantize(KT_TYPE_Q8_0, x.data(), 1, 32, nullptr, 34, nullptr) == KT_STATUS_INVALID_ARGUMENT);
+    CHECK(kt_dequantize(KT_TYPE_Q8_0, nullptr, 34, 1, 32, y.data(), y.size()) == KT_STATUS_INVALID_ARGUMENT);
+    CHECK(kt_dequantize(KT_TYPE_Q8_0, q.data(), 34, 1, 32, nullptr, 32) == KT_STATUS_INVALID_ARGUMENT);
+    // Zero rows is a valid, empty job.
+    CHECK(kt_quantize(KT_TYPE_Q8_0, nullptr, 0, 32, nullptr, 0, &needed) == KT_STATUS_OK);
+    CHECK(needed == 0);
+    CHECK(kt_dequantize(KT_TYPE_Q8_0, nullptr, 0, 0, 32, nullptr, 0) == KT_STATUS_OK);
+    // A source shorter than its rows; a destination with too few floats.
+    CHECK(kt_dequantize(KT_TYPE_Q8_0, q.data(), 2 * 34 - 1, 2, 32, y.data(), y.size()) == KT_STATUS_INVALID_ARGUMENT);
+    std::fill(y.begin(), y.end(), 42.0f);
+    CHECK(kt_dequantize(KT_TYPE_Q8_0, q.data(), 2 * 34, 2, 32, y.data(), 63) == KT_STATUS_BUFFER_TOO_SMALL);
+    CHECK(y[0] == 42.0f);
+}

@@ -50,7 +50,7 @@ if(KT_BUILD_BENCH)
   endif()
 endif()
 
-# CUDA is optional. AUTO turns it on when the toolkit's nvcc is present.
+# CUDA is optional. AUTO turns it on when the toolkit's nvcc is present; OFF always builds.
 set(KT_CUDA_ENABLED OFF)
 if(KT_WITH_CUDA STREQUAL "AUTO" OR KT_WITH_CUDA)
   include(CheckLanguage)
@@ -59,9 +59,19 @@ if(KT_WITH_CUDA STREQUAL "AUTO" OR KT_WITH_CUDA)
   endif()
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
+    # sm_80 code runs natively on every 8.x GPU (A100, RTX 30/40); compute_90 PTX is compiled by the driver for
+    # Hopper and anything newer. Override with -DCMAKE_CUDA_ARCHITECTURES=...
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES "80;90-virtual")
+    endif()
+    # CMake 3.25 does not know that nvcc 13 accepts C++20; the CUDA sources need only C++17.
+    set(CMAKE_CUDA_STANDARD 17)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    enable_language(CUDA)
+    find_package(CUDAToolkit REQUIRED)
     set(KT_CUDA_ENABLED ON)
   elseif(NOT KT_WITH_CUDA STREQUAL "AUTO")
     message(FATAL_ERROR "kt: KT_WITH_CUDA=ON but no CUDA compiler was found (nvcc from the CUDA toolkit)")
   endif()
 endif()
-message(STATUS "kt: CUDA toolkit usable: ${KT_CUDA_ENABLED}")
+message(STATUS "kt: CUDA backend: ${KT_CUDA_ENABLED}")

@@ -6,19 +6,22 @@ target_compile_options(kt_warnings INTERFACE
   # GCC 12 reports impossible memcpy overlaps inside std::string concatenation at -O2 (GCC bug 105329).
   $<$<AND:$<CXX_COMPILER_ID:GNU>,$<VERSION_LESS:$<CXX_COMPILER_VERSION>,13>>:-Wno-restrict>)
 
+# Sanitizers and fuzzing instrument host C/C++ only (nvcc does not take these flags).
 if(KT_SANITIZE)
-  add_compile_options(-fsanitize=${KT_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
+  add_compile_options($<$<COMPILE_LANGUAGE:C,CXX>:-fsanitize=${KT_SANITIZE}>
+                      $<$<COMPILE_LANGUAGE:C,CXX>:-fno-omit-frame-pointer>
+                      $<$<COMPILE_LANGUAGE:C,CXX>:-fno-sanitize-recover=all>)
   add_link_options(-fsanitize=${KT_SANITIZE})
 endif()
 
 # Fuzzing needs coverage instrumentation in the library itself, not only in the fuzz target's own file.
 if(KT_BUILD_FUZZ)
-  add_compile_options(-fsanitize=fuzzer-no-link)
+  add_compile_options($<$<COMPILE_LANGUAGE:C,CXX>:-fsanitize=fuzzer-no-link>)
 endif()
 
 # Attach kt's common compile settings to a target.
 function(kt_target_defaults target)
   target_link_libraries(${target} PRIVATE kt_warnings)
   set_target_properties(${target} PROPERTIES
-    CXX_VISIBILITY_PRESET hidden C_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
+    CXX_VISIBILITY_PRESET hidden C_VISIBILITY_PRESET hidden CUDA_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
 endfunction()

@@ -84,6 +84,13 @@ typedef struct kt_error {
 } kt_error;
 
 /* ------------------------------------------------------------------------------------------------------------ */
+/* Backends                                                                                                      */
+
+/* Number of CUDA devices this process can use (0 when there is no driver or no GPU: a normal situation).
+ * KT_STATUS_UNSUPPORTED when libkt was built without CUDA. */
+KT_API kt_status kt_cuda_device_count(int32_t *out_count);
+
+/* ------------------------------------------------------------------------------------------------------------ */
 /* Logging. kt prints nothing unless a callback is installed.                                                    */
 
 #define KT_LOG_ERROR 0
@@ -274,9 +281,10 @@ KT_API int32_t kt_type_can_dequantize(int32_t type);
  *     per second per thread.
  *   - F32: copied.
  * Every finite input dequantizes to finite values, except with F16, which converts like IEEE (|x| >= 65520 becomes
- * +-inf, as in ggml). Scales beyond f16's range saturate. Values so small that a block's f16 scale underflows
- * (block maximum below about 1e-5 for the 32-wide formats, 1e-7 for the K-quants) lose precision or come back as
- * 0; Q8_K's scale is f32 and has neither limit.
+ * +-inf, as in ggml). Scales beyond f16's range saturate. Blocks so small that their f16 scale becomes subnormal
+ * (below 6.1e-5: e.g. a Q8_0 block whose largest |x| is below 7.8e-3) lose precision gradually, down to 0 with
+ * ggml's rules (Q4_1 and Q5_1 can then even come out worse than 0, as in ggml); kt's K-quants round their
+ * super-block scale up and keep a usable error down to about 1e-7. Q8_K's scale is f32 and has no such limit.
  *
  * Statuses: KT_STATUS_INVALID_ARGUMENT (src NULL while there are elements, n_rows < 0, n_per_row <= 0 or not a
  * multiple of the block size, a size that overflows, an unknown type id), KT_STATUS_UNSUPPORTED (a known type with
@@ -289,7 +297,8 @@ KT_API kt_status kt_quantize(int32_t type, const float *src, int64_t n_rows, int
  * alignment; src_bytes must be at least the size of the rows (further bytes are ignored); dst_capacity is in
  * floats. Statuses: KT_STATUS_INVALID_ARGUMENT (NULL pointers while there are elements, bad row counts or lengths
  * as for kt_quantize, src_bytes too small, an unknown type id), KT_STATUS_UNSUPPORTED (see
- * kt_type_can_dequantize), KT_STATUS_BUFFER_TOO_SMALL (dst_capacity below n_rows * n_per_row; nothing is written). */
+ * kt_type_can_dequantize), KT_STATUS_BUFFER_TOO_SMALL (dst_capacity below n_rows * n_per_row; nothing is written),
+ * KT_STATUS_OUT_OF_MEMORY (a misaligned src is copied one row at a time). */
 KT_API kt_status kt_dequantize(int32_t type, const void *src, uint64_t src_bytes, int64_t n_rows, int64_t n_per_row,
                                float *dst, uint64_t dst_capacity);
 

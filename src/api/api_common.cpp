@@ -1,9 +1,11 @@
 // Version, build information, status strings, logging and type queries.
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "api/api_internal.h"
 #include "backends/cpu/cpu_features.h"
+#include "backends/cuda/cuda_backend.h"
 #include "core/log.h"
 #include "ops/types.h"
 
@@ -32,7 +34,7 @@ std::string describe_build() {
 #elif defined(__GNUC__)
     s += format(" gcc %d.%d", __GNUC__, __GNUC_MINOR__);
 #endif
-    s += "; backends: cpu";
+    s += cuda::compiled() ? "; backends: cpu cuda" : "; backends: cpu";
     s += "; cpu: ";
     s += f.brand.empty() ? f.vendor : f.brand;
     s += "; isa: ";
@@ -69,6 +71,17 @@ KT_API const char *kt_build_info(void) {
     } catch (...) {
         return "kt " KT_STRINGIFY(KT_VERSION_MAJOR) "." KT_STRINGIFY(KT_VERSION_MINOR) "." KT_STRINGIFY(KT_VERSION_PATCH);
     }
+}
+
+KT_API kt_status kt_cuda_device_count(int32_t *out_count) {
+    kt::Status s = kt::api::guard([&]() -> kt::Status {
+        KT_RETURN_IF(!out_count, KT_STATUS_INVALID_ARGUMENT, "kt_cuda_device_count: out_count is NULL");
+        std::vector<kt::cuda::DeviceInfo> devices;
+        KT_TRY(kt::cuda::list_devices(&devices, nullptr));
+        *out_count = static_cast<int32_t>(devices.size());
+        return kt::Status::ok();
+    });
+    return s.code();
 }
 
 KT_API const char *kt_status_string(kt_status status) {

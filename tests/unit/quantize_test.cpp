@@ -195,7 +195,7 @@ TEST_CASE("quantize: kt's own formats stay accurate on small data and are never 
     }
 }
 
-TEST_CASE("quantize: Q8_0 and Q8_1 share their rule; Q8_1's s is d times the sum of its q") {
+TEST_CASE("quantize: Q8_0 and Q8_1 share their rule, and Q8_1's s is d times the sum of its q") {
     const std::vector<float> x = kt::test::random_normal(4096, 21, 3.0f);
     std::vector<kt::ref::BlockQ8_0> a(4096 / 32);
     std::vector<kt::ref::BlockQ8_1> b(4096 / 32);

@@ -84,6 +84,25 @@ _SIGNATURES = {
     "kt_model_tensor_info": (_S, [_P, ctypes.c_int64, ctypes.POINTER(_TensorInfo)]),
     "kt_model_tensor_read_f32": (_S, [_P, ctypes.c_int64, ctypes.c_void_p, ctypes.c_uint64,
                                       ctypes.POINTER(ctypes.c_uint64)]),
+    "kt_type_can_quantize": (ctypes.c_int32, [ctypes.c_int32]),
+    "kt_quantize": (_S, [ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+                         ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64)]),
+    "kt_dequantize": (_S, [ctypes.c_int32, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int64, ctypes.c_int64,
+                           ctypes.c_void_p, ctypes.c_uint64]),
+    "kt_gguf_writer_create": (_S, [ctypes.c_uint32, ctypes.POINTER(_P)]),
+    "kt_gguf_writer_free": (None, [_P]),
+    "kt_gguf_writer_last_error": (ctypes.c_char_p, [_P]),
+    "kt_gguf_writer_set_int": (_S, [_P, ctypes.c_char_p, ctypes.c_int32, ctypes.c_int64]),
+    "kt_gguf_writer_set_uint64": (_S, [_P, ctypes.c_char_p, ctypes.c_uint64]),
+    "kt_gguf_writer_set_float": (_S, [_P, ctypes.c_char_p, ctypes.c_int32, ctypes.c_double]),
+    "kt_gguf_writer_set_bool": (_S, [_P, ctypes.c_char_p, ctypes.c_int32]),
+    "kt_gguf_writer_set_string": (_S, [_P, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint64]),
+    "kt_gguf_writer_set_array": (_S, [_P, ctypes.c_char_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_uint64]),
+    "kt_gguf_writer_set_array_string": (_S, [_P, ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p),
+                                             ctypes.POINTER(ctypes.c_uint64), ctypes.c_uint64]),
+    "kt_gguf_writer_add_tensor": (_S, [_P, ctypes.c_char_p, ctypes.c_int32, ctypes.c_int32,
+                                       ctypes.POINTER(ctypes.c_int64), ctypes.c_void_p, ctypes.c_uint64]),
+    "kt_gguf_writer_write_file": (_S, [_P, ctypes.c_char_p]),
 }
 
 
@@ -275,3 +294,140 @@ class Model:
         self._check(_lib().kt_model_tensor_read_f32(self._handle, info.index, out.ctypes.data_as(ctypes.c_void_p),
                                                     out.size, None))
         return out
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Quantization
+
+def quantize(kt_type, values):
+    """Quantizes a float32 array (rows along its last axis) to `kt_type`; returns the bytes as GGUF stores them.
+    Quantizer failures are logged by kt, not returned as text: the exception carries the status only."""
+    import numpy as np
+    src = np.ascontiguousarray(values, dtype=np.float32)
+    n_per_row = src.shape[-1] if src.ndim else 1
+    n_rows = src.size // n_per_row
+    lib = _lib()
+    size = ctypes.c_uint64()
+    status = lib.kt_quantize(kt_type, src.ctypes.data_as(ctypes.c_void_p), n_rows, n_per_row, None, 0,
+                             ctypes.byref(size))
+    if status not in (STATUS_OK, STATUS_BUFFER_TOO_SMALL):
+        raise Error(status, f"kt_quantize({type_name(kt_type)}, {n_rows} x {n_per_row}) failed")
+    dst = ctypes.create_string_buffer(size.value)
+    status = lib.kt_quantize(kt_type, src.ctypes.data_as(ctypes.c_void_p), n_rows, n_per_row, dst, size.value, None)
+    if status != STATUS_OK:
+        raise Error(status, f"kt_quantize({type_name(kt_type)}, {n_rows} x {n_per_row}) failed")
+    return dst.raw
+
+
+def dequantize(kt_type, data, shape):
+    """The inverse of quantize(): float32 values of NumPy shape `shape` from `data` (bytes)."""
+    import numpy as np
+    out = np.empty(shape, dtype=np.float32)
+    n_per_row = out.shape[-1] if out.ndim else 1
+    status = _lib().kt_dequantize(kt_type, data, len(data), out.size // n_per_row, n_per_row,
+                                  out.ctypes.data_as(ctypes.c_void_p), out.size)
+    if status != STATUS_OK:
+        raise Error(status, f"kt_dequantize({type_name(kt_type)}) failed")
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Writing GGUF files
+
+class GgufWriter:
+    """Collects metadata and tensors, then writes a GGUF v3 file atomically (kt_gguf_writer_*).
+
+    Metadata setters take a GGUF type explicitly; `add(key, kind, value)` is a shorthand with kind one of
+    "u8" "i8" "u16" "i16" "u32" "i32" "u64" "i64" "f32" "f64" "bool" "str", or an array of them ("str[]", "i32[]"
+    ...). Tensors are given as NumPy arrays in NumPy order (GGUF's ne is the reverse) and quantized by kt."""
+
+    _KINDS = {"u8": META_UINT8, "i8": META_INT8, "u16": META_UINT16, "i16": META_INT16, "u32": META_UINT32,
+              "i32": META_INT32, "u64": META_UINT64, "i64": META_INT64, "f32": META_FLOAT32, "f64": META_FLOAT64,
+              "bool": META_BOOL, "str": META_STRING}
+    _NUMPY = {META_UINT8: "<u1", META_INT8: "<i1", META_UINT16: "<u2", META_INT16: "<i2", META_UINT32: "<u4",
+              META_INT32: "<i4", META_UINT64: "<u8", META_INT64: "<i8", META_FLOAT32: "<f4", META_FLOAT64: "<f8",
+              META_BOOL: "<u1"}
+
+    def __init__(self, alignment=0):
+        self._handle = None
+        handle = ctypes.c_void_p()
+        status = _lib().kt_gguf_writer_create(alignment, ctypes.byref(handle))
+        if status != STATUS_OK:
+            raise Error(status, f"kt_gguf_writer_create(alignment {alignment}) failed")
+        self._handle = handle
+
+    def close(self):
+        if self._handle:
+            _lib().kt_gguf_writer_free(self._handle)
+            self._handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+    def _check(self, status):
+        if status != STATUS_OK:
+            raise Error(status, _lib().kt_gguf_writer_last_error(self._handle).decode(errors="replace"))
+
+    def set_int(self, key, meta_type, value):
+        if meta_type == META_UINT64:
+            self._check(_lib().kt_gguf_writer_set_uint64(self._handle, key.encode(), value))
+        else:
+            self._check(_lib().kt_gguf_writer_set_int(self._handle, key.encode(), meta_type, value))
+
+    def set_float(self, key, meta_type, value):
+        self._check(_lib().kt_gguf_writer_set_float(self._handle, key.encode(), meta_type, value))
+
+    def set_bool(self, key, value):
+        self._check(_lib().kt_gguf_writer_set_bool(self._handle, key.encode(), 1 if value else 0))
+
+    def set_string(self, key, value):
+        data = value.encode()
+        self._check(_lib().kt_gguf_writer_set_string(self._handle, key.encode(), data, len(data)))
+
+    def set_array(self, key, element_type, values):
+        import numpy as np
+        data = np.ascontiguousarray(values, dtype=self._NUMPY[element_type])
+        self._check(_lib().kt_gguf_writer_set_array(self._handle, key.encode(), element_type,
+                                                    data.ctypes.data_as(ctypes.c_void_p), data.size))
+
+    def set_array_string(self, key, values):
+        encoded = [v.encode() for v in values]
+        ptrs = (ctypes.c_char_p * len(encoded))(*encoded)
+        lengths = (ctypes.c_uint64 * len(encoded))(*[len(v) for v in encoded])
+        self._check(_lib().kt_gguf_writer_set_array_string(self._handle, key.encode(), ptrs, lengths, len(encoded)))
+
+    def add(self, key, kind, value):
+        if kind.endswith("[]"):
+            t = self._KINDS[kind[:-2]]
+            if t == META_STRING:
+                self.set_array_string(key, value)
+            else:
+                self.set_array(key, t, value)
+            return
+        t = self._KINDS[kind]
+        if t == META_STRING:
+            self.set_string(key, value)
+        elif t == META_BOOL:
+            self.set_bool(key, value)
+        elif t in _META_FLOATS:
+            self.set_float(key, t, value)
+        else:
+            self.set_int(key, t, value)
+
+    def add_tensor(self, name, values, kt_type=TYPE_F32):
+        """A float32 NumPy array, stored as `kt_type` (quantized by kt along its last axis)."""
+        import numpy as np
+        values = np.ascontiguousarray(values, dtype=np.float32)
+        data = values.tobytes() if kt_type == TYPE_F32 else quantize(kt_type, values)
+        ne = (ctypes.c_int64 * values.ndim)(*reversed(values.shape))
+        self._check(_lib().kt_gguf_writer_add_tensor(self._handle, name.encode(), kt_type, values.ndim, ne, data,
+                                                     len(data)))
+
+    def write(self, path):
+        self._check(_lib().kt_gguf_writer_write_file(self._handle, os.fsencode(path)))

@@ -2,7 +2,7 @@
 # that installs it, instead of a cryptic error ten lines later.
 
 set(KT_APT_PACKAGES_ALL
-  "cmake g++ pkg-config libhwloc-dev libxbyak-dev libzydis-dev catch2 libbenchmark-dev"
+  "cmake g++ pkg-config libhwloc-dev libxbyak-dev libzydis-dev catch2 libbenchmark-dev python3 unicode-data"
   CACHE INTERNAL "Everything a full kt build needs from Debian")
 
 function(kt_missing_dependency what package)
@@ -40,6 +40,17 @@ if(KT_BUILD_TESTS)
   find_package(zydis CONFIG QUIET)
   if(NOT zydis_FOUND)
     kt_missing_dependency("Zydis (tests: AMX tile machine)" "libzydis-dev")
+  endif()
+endif()
+
+# The tokenizer's Unicode tables are generated from Debian's unicode-data and checked in, so building needs
+# neither it nor Python; when both are present the tests check that the checked-in tables are up to date.
+if(KT_BUILD_TESTS)
+  find_package(Python3 COMPONENTS Interpreter QUIET)
+  set(KT_UCD_DIR "/usr/share/unicode" CACHE PATH "Unicode Character Database (Debian's unicode-data)")
+  if(NOT Python3_Interpreter_FOUND OR NOT EXISTS "${KT_UCD_DIR}/UnicodeData.txt")
+    message(STATUS "kt: python3 or ${KT_UCD_DIR}/UnicodeData.txt missing: the unicode table check is left out "
+                   "(apt-get install -y python3 unicode-data)")
   endif()
 endif()
 

@@ -378,6 +378,156 @@ KT_API kt_status kt_gguf_writer_add_tensor_fill(kt_gguf_writer *writer, const ch
  * KT_STATUS_INVALID_ARGUMENT (NULL path). */
 KT_API kt_status kt_gguf_writer_write_file(kt_gguf_writer *writer, const char *path);
 
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Tokenizer: text to token ids and back with the model's own vocabulary (the GGUF tokenizer.ggml.* keys).       */
+/*                                                                                                                */
+/* Byte-level BPE ("gpt2": Qwen, Llama 3, DeepSeek V3, GPT-2 and "default" pre-tokenizers) and SentencePiece       */
+/* ("llama": LLaMA 1/2, Mistral) are implemented; the ids agree with llama.cpp's. The tokenizer is built from the   */
+/* model's metadata on first use and kept in the model; every function here is safe to call from several threads  */
+/* on one model (the first use builds it exactly once). A vocabulary that is malformed (arrays of different        */
+/* lengths or wrong element types, special ids outside the vocabulary, bad merges or byte tokens) gives            */
+/* KT_STATUS_INVALID_FILE naming the key and index; a model without a tokenizer KT_STATUS_NOT_FOUND; a tokenizer    */
+/* model or pre-tokenizer kt does not implement KT_STATUS_UNSUPPORTED. Messages go to kt_model_last_error.         */
+/*                                                                                                                */
+/* Size negotiation: functions that fill a caller's buffer take its capacity and report the size they need. When  */
+/* the buffer is too small they return KT_STATUS_BUFFER_TOO_SMALL, write nothing to it, and still set the size     */
+/* out-parameter to what is needed, so the caller can allocate and call again.                                     */
+
+/* GGUF token types (tokenizer.ggml.token_type). */
+#define KT_TOKEN_TYPE_UNDEFINED 0
+#define KT_TOKEN_TYPE_NORMAL 1
+#define KT_TOKEN_TYPE_UNKNOWN 2
+#define KT_TOKEN_TYPE_CONTROL 3      /* <|im_start|>, <s>: special, matched in text only with parse_special */
+#define KT_TOKEN_TYPE_USER_DEFINED 4 /* e.g. Qwen3's <think>: always matched whole, always rendered */
+#define KT_TOKEN_TYPE_UNUSED 5
+#define KT_TOKEN_TYPE_BYTE 6         /* SentencePiece <0xNN> byte fallback */
+
+#define KT_TOKEN_NONE (-1)           /* "no such token" in kt_vocab_info */
+
+#define KT_VOCAB_BPE 1               /* tokenizer.ggml.model "gpt2" */
+#define KT_VOCAB_SPM 2               /* tokenizer.ggml.model "llama" */
+
+typedef struct kt_vocab_info {
+    uint32_t struct_size;     /* set by the caller: sizeof(kt_vocab_info) */
+    int32_t kind;             /* KT_VOCAB_* */
+    int32_t n_tokens;
+    int32_t bos;              /* KT_TOKEN_NONE when absent */
+    int32_t eos;
+    int32_t eot;              /* end of turn (<|im_end|>, <|eot_id|>); from the metadata or recognised by text */
+    int32_t eom;              /* end of message (<|eom_id|>) */
+    int32_t unk;
+    int32_t pad;
+    int32_t add_bos;          /* 1 when kt_tokenize(add_special = 1) puts BOS first */
+    int32_t add_eos;          /* 1 when kt_tokenize(add_special = 1) puts EOS last */
+    int32_t add_space_prefix; /* SentencePiece: a space is put before the text */
+    const char *pre;          /* tokenizer.ggml.pre as applied ("qwen2", "llama-bpe", "default" ...); valid until
+                                 kt_model_free */
+} kt_vocab_info;
+
+/* Builds the tokenizer now (otherwise the first call below does) and fills *out_info (whose struct_size the
+ * caller set). Building reads and validates the whole vocabulary: tens to hundreds of milliseconds for a
+ * 150k-token BPE vocabulary. */
+KT_API kt_status kt_vocab_get_info(const kt_model *model, kt_vocab_info *out_info);
+
+/* A token's text as stored in the vocabulary (byte-level BPE shows bytes as their mapped characters, e.g.
+ * "\xc4\xa0the" for " the"; use kt_token_to_piece for the bytes). Pointer into the model, valid until
+ * kt_model_free, NUL-terminated; out_length may be NULL. KT_STATUS_INVALID_ARGUMENT for an id outside
+ * [0, n_tokens). */
+KT_API kt_status kt_token_text(const kt_model *model, int32_t token, const char **out_text, uint64_t *out_length);
+/* The token's type (KT_TOKEN_TYPE_*) as the tokenizer treats it: tokens llama.cpp recognises by their text as
+ * end markers (<|im_end|>, </s> ...) count as CONTROL even when the file says NORMAL. */
+KT_API kt_status kt_token_type(const kt_model *model, int32_t token, int32_t *out_type);
+/* *out_is_eog = 1 when the token ends generation: EOS, EOT, EOM and the end markers recognised by text. */
+KT_API kt_status kt_token_is_eog(const kt_model *model, int32_t token, int32_t *out_is_eog);
+/* The id whose text is exactly text[0, text_len), or KT_STATUS_NOT_FOUND. */
+KT_API kt_status kt_token_find(const kt_model *model, const char *text, uint64_t text_len, int32_t *out_token);
+
+/* Tokenizes text[0, text_len) (UTF-8; invalid bytes are handled deterministically, as llama.cpp does).
+ *   add_special   1: put BOS / EOS around the ids when the vocabulary says so (kt_vocab_info.add_bos/add_eos).
+ *   parse_special 1: the texts of CONTROL and UNKNOWN tokens ("<|im_start|>") become those tokens; 0: they are
+ *                 tokenized as plain text. USER_DEFINED tokens are matched whole either way.
+ * Writes the ids to tokens[0, *out_count). When capacity < the count: KT_STATUS_BUFFER_TOO_SMALL, nothing
+ * written, *out_count = the count needed. `tokens` may be NULL when capacity is 0 (to ask for the count). */
+KT_API kt_status kt_tokenize(const kt_model *model, const char *text, uint64_t text_len, int32_t add_special,
+                             int32_t parse_special, int32_t *tokens, int64_t capacity, int64_t *out_count);
+
+/* The bytes of one token. special 0: CONTROL/UNKNOWN tokens give "" (1: their text). lstrip 1: one leading space
+ * is dropped. A byte-level token may hold part of a UTF-8 character (see kt_detokenizer for streaming). Writes
+ * *out_length bytes and a NUL after them, so capacity must be at least *out_length + 1; otherwise
+ * KT_STATUS_BUFFER_TOO_SMALL with *out_length set. A piece may contain NUL bytes: trust *out_length. */
+KT_API kt_status kt_token_to_piece(const kt_model *model, int32_t token, int32_t special, int32_t lstrip, char *buf,
+                                   int64_t capacity, int64_t *out_length);
+
+/* The text of tokens[0, n_tokens), as llama.cpp's llama_detokenize gives it.
+ *   remove_special  1: drop a leading BOS and a trailing EOS that the vocabulary adds.
+ *   unparse_special 1: CONTROL/UNKNOWN tokens are rendered as their text (0: omitted).
+ * SentencePiece drops the space its add_space_prefix put before the first piece; Llama 3 style vocabularies
+ * ("llama-bpe", "gpt-2") clean up spaces as Hugging Face does (" ?" -> "?", " 's" -> "'s"). Writes *out_length
+ * bytes plus a NUL (capacity >= *out_length + 1), else KT_STATUS_BUFFER_TOO_SMALL with *out_length set.
+ * KT_STATUS_INVALID_ARGUMENT for an id outside the vocabulary. */
+KT_API kt_status kt_detokenize(const kt_model *model, const int32_t *tokens, int64_t n_tokens, int32_t remove_special,
+                               int32_t unparse_special, char *buf, int64_t capacity, int64_t *out_length);
+
+/* ---- streaming detokenization ---- */
+
+/* Turns generated tokens into text one token at a time. A UTF-8 character split across tokens is held back until
+ * it is complete, so every piece of text handed out is whole characters (bytes that can never become valid UTF-8
+ * are passed through as they are). The concatenation of everything returned equals kt_detokenize(remove_special
+ * 0, unparse_special as given) without the clean-up of spaces. Borrows the model (free the detokenizer first);
+ * used by one thread at a time. */
+typedef struct kt_detokenizer kt_detokenizer;
+
+KT_API kt_status kt_detokenizer_create(const kt_model *model, int32_t unparse_special, kt_detokenizer **out,
+                                       kt_error *err);
+KT_API void kt_detokenizer_free(kt_detokenizer *detokenizer);
+/* Feeds one token and writes the text it completes (possibly none: *out_length 0) plus a NUL. With a buffer below
+ * *out_length + 1: KT_STATUS_BUFFER_TOO_SMALL, *out_length set and the token NOT consumed (call again). */
+KT_API kt_status kt_detokenizer_push(kt_detokenizer *detokenizer, int32_t token, char *buf, int64_t capacity,
+                                     int64_t *out_length);
+/* Writes whatever is held back (an incomplete character at the end of the stream) and starts a new stream. Same
+ * size negotiation as push. */
+KT_API kt_status kt_detokenizer_flush(kt_detokenizer *detokenizer, char *buf, int64_t capacity, int64_t *out_length);
+/* The message of the last failed call on this detokenizer ("" if none). */
+KT_API const char *kt_detokenizer_last_error(const kt_detokenizer *detokenizer);
+
+
+/* ---- chat templates ---- */
+
+/* One turn of a conversation: role ("system", "user", "assistant", "tool" ...) and content, NUL-terminated UTF-8. */
+typedef struct kt_chat_message {
+    const char *role;
+    const char *content;
+} kt_chat_message;
+
+typedef struct kt_chat_params {
+    uint32_t struct_size;            /* sizeof(kt_chat_params) */
+    int32_t add_generation_prompt;   /* default 1: end with the header that starts the assistant's reply */
+    const char *template_name;       /* default NULL: the model's tokenizer.chat_template. Otherwise a built-in
+                                        family ("chatml", "llama3", "deepseek3", "mistral") or the name of a
+                                        template the model carries (tokenizer.chat_template.<name>) */
+    const char *template_source;     /* default NULL; a Jinja template that overrides the two above */
+    const char *extra_context_json;  /* default NULL; a JSON object of further template variables, e.g.
+                                        {"enable_thinking": false} for Qwen3 or {"tools": [...]} */
+} kt_chat_params;
+
+/* Fills *params with struct_size and the defaults above. */
+KT_API void kt_chat_params_init(kt_chat_params *params);
+
+/* Renders messages[0, n_messages) into the prompt text the model expects. The template runs in kt's interpreter
+ * for the Jinja subset chat templates use (as Hugging Face's apply_chat_template would render it); kt never
+ * guesses: a template using Jinja that kt does not implement gives KT_STATUS_UNSUPPORTED (the message names the
+ * construct and line), no template at all (none in the model, none named or given) KT_STATUS_NOT_FOUND, and a
+ * conversation the template rejects (its raise_exception, e.g. roles that must alternate) or malformed
+ * extra_context_json KT_STATUS_INVALID_ARGUMENT. Variables: messages, add_generation_prompt, bos_token,
+ * eos_token, plus extra_context_json's (which may not redefine those four).
+ * When the vocabulary adds BOS itself, a BOS at the start of the text is removed, so tokenize the result with
+ * add_special = 1 and parse_special = 1 to get the model's prompt. Writes *out_length bytes plus a NUL
+ * (capacity >= *out_length + 1), else KT_STATUS_BUFFER_TOO_SMALL with *out_length set (each call renders anew).
+ * `params` may be NULL for defaults. */
+KT_API kt_status kt_chat_apply_template(const kt_model *model, const kt_chat_message *messages, int64_t n_messages,
+                                        const kt_chat_params *params, char *buf, int64_t capacity,
+                                        int64_t *out_length);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -12,6 +12,7 @@
 #include "core/status.h"
 #include "kt.h"
 #include "model/gguf/gguf.h"
+#include "model/tokenizer/tokenizer.h"
 
 // Per-handle "last error": guarded by a mutex so that concurrent readers of a shared handle stay safe.
 struct kt_error_slot {
@@ -31,6 +32,7 @@ struct kt_error_slot {
 struct kt_model {
     std::unique_ptr<kt::gguf::File> file;
     kt_error_slot error;
+    kt::tokenizer::LazyTokenizer tokenizer;  // built from the metadata on first use (api_tokenizer.cpp)
 };
 
 struct kt_gguf_writer {

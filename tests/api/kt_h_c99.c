@@ -15,6 +15,12 @@ KT_STATIC_ASSERT(sizeof(kt_model_params) == 32, params_size);
 KT_STATIC_ASSERT(offsetof(kt_tensor_info, ne) == 16, tensor_info_ne_offset);
 KT_STATIC_ASSERT(offsetof(kt_tensor_info, name) == 72, tensor_info_name_offset);
 KT_STATIC_ASSERT(sizeof(kt_tensor_info) == 80, tensor_info_size);
+KT_STATIC_ASSERT(offsetof(kt_vocab_info, add_space_prefix) == 44, vocab_info_flags_offset);
+KT_STATIC_ASSERT(offsetof(kt_vocab_info, pre) == 48, vocab_info_pre_offset);
+KT_STATIC_ASSERT(sizeof(kt_vocab_info) == 56, vocab_info_size);
+KT_STATIC_ASSERT(sizeof(kt_chat_message) == 16, chat_message_size);
+KT_STATIC_ASSERT(offsetof(kt_chat_params, template_name) == 8, chat_params_name_offset);
+KT_STATIC_ASSERT(sizeof(kt_chat_params) == 32, chat_params_size);
 
 static int32_t fill_zeros(void *dst, uint64_t n_bytes, void *user_data) {
     (void)user_data;

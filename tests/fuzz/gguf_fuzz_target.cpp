@@ -1,5 +1,7 @@
-// Fuzz target: the GGUF reader on arbitrary bytes, then every metadata getter and a dequantization of every
-// tensor the reader accepted. Anything other than a clean Status is a bug.
+// Fuzz target: the GGUF reader on arbitrary bytes, then every metadata getter, a dequantization of every
+// tensor the reader accepted, and the tokenizer built from the metadata (vocabulary validation, tokenization,
+// detokenization and the chat template of whatever vocabulary the file holds). Anything other than a clean Status
+// is a bug.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -7,6 +9,8 @@
 #include <vector>
 
 #include "model/gguf/gguf.h"
+#include "model/tokenizer/chat_template.h"
+#include "model/tokenizer/tokenizer.h"
 #include "ops/ref/quants_ref.h"
 #include "ops/types.h"
 
@@ -39,5 +43,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         // The first row only: enough to touch the data's first and (via n_bytes) last bytes of the row.
         kt::ref::dequantize_row(t.type, t.data, row.data(), t.ne[0]);
     }
+
+    std::unique_ptr<kt::tokenizer::Tokenizer> tok;
+    if (!kt::tokenizer::Tokenizer::create(*file, &tok).is_ok()) return 0;
+    for (const char *text : {"Hello world", "<|im_start|>user\n\xe4\xbd\xa0\xe5\xa5\xbd 123 \xf0\x9f\xa6\x99<|im_end|>", "\xff\xc0 x"}) {
+        std::vector<int32_t> ids;
+        if (!tok->tokenize(text, true, true, &ids).is_ok()) continue;
+        std::string back;
+        (void)tok->detokenize(ids.data(), ids.size(), false, true, &back);
+    }
+    std::string prompt;
+    (void)kt::tokenizer::render_chat(tok->vocab(), {{"system", "s"}, {"user", "u"}, {"assistant", "a"}}, {}, &prompt);
     return 0;
 }

@@ -1,0 +1,462 @@
+// Emitter of the AMX GEMM microkernel (blocking and packing: amx_gemm.h; descriptor and parameters:
+// amx_gemm_kernel.h).
+//
+// Shape of the generated function `void kernel(const GemmKernelParams *p)`, for a block of m x n (<= 32 x 32):
+//
+//   preamble; load parameters; set masks and constants; zero the stack buffers that need it; tilezero C
+//   K loop (K steps of 64 bytes; INT4: units of two steps, the nibble halves of one packed tile)
+//     A tiles: tileloadd straight from A, or (partial rows / the last partial K step) rows copied into a stack
+//              tile first, with a zeroing byte mask for the partial K step
+//     B tiles: tileloadd from the packed panel (INT4: from a stack tile the nibbles were unpacked into)
+//     4 TMULs (2 x 2 blocking; fewer for a block of <= 16 rows or columns)
+//     INT4, at the end of each group: C tiles -> stack, acc = fma(float(C), scale, acc), tilezero C
+//   epilogue: C tiles straight to C (raw int32 / fp32 output, whole tiles), or through the stack with the
+//             scales applied and masked stores for partial columns, one row per loop iteration
+//   postamble
+//
+// Register use:
+//   r8, r9   A row 0 and row 16 of the block at the current K          r10  lda (bytes)
+//   r11      B: current packed step / unit                               r12  64, the stride of packed/stack tiles
+//   r13      C row pointer                                               r14  ldc (bytes)
+//   r15      B scales (INT8: the panel's; INT4: the current group's)     rbx  a_scale row pointer
+//   rsi      K loop counter                                              rdi  params, then 128 (C stack stride)
+//   rax, rcx, rdx  temporaries and the epilogue row loop
+//   zmm0, zmm1 temporaries; zmm28 0xF0 bytes (INT4 unpack); zmm29 a_scale[m]; zmm30, zmm31 weight scales
+//   k1, k2   column masks of the two 16-column halves (partial n); k3 byte mask of the partial K step
+#include "backends/cpu/amx/amx_gemm_kernel.h"
+
+#include <algorithm>
+#include <cstddef>
+
+#include "backends/cpu/amx/amx_gemm.h"
+#include "backends/cpu/amx/amx_generator.h"
+#include "backends/cpu/jit/kernel_cache.h"
+
+namespace kt::cpu::amx {
+namespace {
+
+using Xbyak::Reg64;
+using Xbyak::Zmm;
+
+// ---- blocking constants --------------------------------------------------------------------------------------
+
+constexpr int kTileRows = kMaxTileRows;           // 16 rows of A / C per tile
+constexpr int kTileCols = kMaxTileColsb / 4;      // 16 int32 / fp32 columns of C per tile
+constexpr int kRowBytes = kMaxTileColsb;          // 64: one tile row, one zmm
+constexpr int kStepBytes = kMaxTileColsb;         // bytes of A row consumed per TMUL (64 int8, 32 bf16)
+constexpr int kPanelStepBytes = 2 * kTileBytes;   // packed B per K step (INT8/BF16) or per nibble unit (INT4)
+constexpr int kCStackStride = 2 * kRowBytes;      // a 32-column row of the C / accumulator stack buffers
+constexpr int64_t kMaxK = int64_t{1} << 24;       // keeps loop counts and offsets far inside 32 bits
+constexpr size_t kMaxCodeSize = 32 * 1024;
+
+// Tile roles of the 2 x 2 blocking (amx_gemm.h).
+constexpr int tile_a(int i) { return 0 + i; }
+constexpr int tile_b(int j) { return 2 + j; }
+constexpr int tile_c(int i, int j) { return 4 + 2 * i + j; }
+
+int32_t offset_of(size_t offset) { return static_cast<int32_t>(offset); }
+
+const char *kind_name(GemmKind kind) {
+    switch (kind) {
+        case GemmKind::kS8S32: return "s8s32";
+        case GemmKind::kS8F32: return "s8f32";
+        case GemmKind::kS4F32: return "s4f32";
+        case GemmKind::kBf16F32: return "bf16f32";
+    }
+    return "unknown";
+}
+
+Status validate(const GemmKernelDesc &d) {
+    KT_RETURN_IF(d.kind != GemmKind::kS8S32 && d.kind != GemmKind::kS8F32 && d.kind != GemmKind::kS4F32 &&
+                     d.kind != GemmKind::kBf16F32,
+                 KT_STATUS_INVALID_ARGUMENT, "amx gemm kernel: unknown kind %d", static_cast<int>(d.kind));
+    KT_RETURN_IF(d.m < 1 || d.m > kMBlock, KT_STATUS_INVALID_ARGUMENT, "amx gemm kernel: m = %d is not in 1..%lld",
+                 d.m, static_cast<long long>(kMBlock));
+    KT_RETURN_IF(d.n < 1 || d.n > kNPanel, KT_STATUS_INVALID_ARGUMENT, "amx gemm kernel: n = %d is not in 1..%lld",
+                 d.n, static_cast<long long>(kNPanel));
+    KT_RETURN_IF(d.k < 1 || d.k > kMaxK, KT_STATUS_INVALID_ARGUMENT, "amx gemm kernel: k = %lld is not in 1..%lld",
+                 static_cast<long long>(d.k), static_cast<long long>(kMaxK));
+    if (d.kind == GemmKind::kS4F32) {
+        KT_RETURN_IF(d.group != 32 && d.group != 64 && d.group != 128, KT_STATUS_INVALID_ARGUMENT,
+                     "amx gemm kernel: INT4 group %d is not 32, 64 or 128", d.group);
+        KT_RETURN_IF(d.k % d.group != 0, KT_STATUS_INVALID_ARGUMENT,
+                     "amx gemm kernel: k = %lld is not a multiple of the group %d", static_cast<long long>(d.k),
+                     d.group);
+    } else {
+        KT_RETURN_IF(d.group != 0, KT_STATUS_INVALID_ARGUMENT, "amx gemm kernel: group %d given for a non-INT4 kind",
+                     d.group);
+    }
+    return Status::ok();
+}
+
+// ---- the generator -------------------------------------------------------------------------------------------
+
+class GemmKernelGenerator final : public AmxGenerator {
+public:
+    explicit GemmKernelGenerator(const GemmKernelDesc &desc)
+        : AmxGenerator(gemm_kernel_name(desc), kt_palette(), kMaxCodeSize), d_(desc) {
+        tiles_m_ = (d_.m + kTileRows - 1) / kTileRows;
+        tiles_n_ = (d_.n + kTileCols - 1) / kTileCols;
+        for (int i = 0; i < 2; ++i) rows_[i] = std::clamp(d_.m - i * kTileRows, 0, kTileRows);
+        for (int j = 0; j < 2; ++j) cols_[j] = std::clamp(d_.n - j * kTileCols, 0, kTileCols);
+        s4_ = d_.kind == GemmKind::kS4F32;
+        const int64_t k_bytes = d_.kind == GemmKind::kBf16F32 ? 2 * d_.k : d_.k;
+        k_tail_bytes_ = static_cast<int>(k_bytes % kStepBytes);
+        // Stack frame: [A stage: 2 tiles][INT4 B stage][C: 32 rows x 128 B][INT4 accumulator: 32 x 128 B].
+        int32_t offset = 0;
+        stage_a_ = offset;
+        offset += 2 * kTileBytes;
+        stage_b_ = offset;
+        if (s4_) offset += (d_.group == 32 ? 4 : 2) * kTileBytes;
+        c_stack_ = offset;
+        offset += kMBlock * kCStackStride;
+        acc_ = offset;
+        if (s4_) offset += kMBlock * kCStackStride;
+        // A kernel of whole tiles with raw output and whole K steps touches no stack buffer.
+        const bool stackless = !scaled() && whole_tiles() && k_tail_bytes_ == 0;
+        frame_bytes_ = stackless ? 0 : offset;
+    }
+
+private:
+    // Registers (see the file comment).
+    const Reg64 reg_a_[2] = {r8, r9};
+    const Reg64 &reg_lda_ = r10;
+    const Reg64 &reg_b_ = r11;
+    const Reg64 &reg_64_ = r12;
+    const Reg64 &reg_c_ = r13;
+    const Reg64 &reg_ldc_ = r14;
+    const Reg64 &reg_b_scale_ = r15;
+    const Reg64 &reg_a_scale_ = rbx;
+    const Reg64 &reg_k_loop_ = rsi;
+    const Reg64 &reg_128_ = rdi;
+    const Zmm &zmm_nibble_mask_ = zmm28;
+    const Zmm &zmm_a_scale_ = zmm29;
+    Zmm zmm_w_scale(int j) const { return Zmm(30 + j); }
+    Xbyak::Opmask col_mask(int j) const { return Xbyak::Opmask(1 + j); }
+    const Xbyak::Opmask &k_tail_mask_ = k3;
+
+    bool scaled() const { return d_.kind == GemmKind::kS8F32 || d_.kind == GemmKind::kS4F32; }
+    bool whole_tiles() const { return d_.m % kTileRows == 0 && d_.n % kTileCols == 0; }
+    Tdp tdp_op() const { return d_.kind == GemmKind::kBf16F32 ? Tdp::kBf16ps : Tdp::kBssd; }
+
+    void generate() override {
+        preamble(frame_bytes_);
+        load_params();
+        set_constants();
+        zero_stack_buffers();
+        for (int i = 0; i < tiles_m_; ++i)
+            for (int j = 0; j < tiles_n_; ++j) tile_zero(tile_c(i, j));
+        if (s4_) {
+            k_loop_s4();
+        } else {
+            k_loop_dense();
+        }
+        store_c();
+        postamble(vector_used_);
+    }
+
+    void load_params() {
+        mov(reg_a_[0], ptr[abi_param1 + offset_of(offsetof(GemmKernelParams, a))]);
+        mov(reg_lda_, ptr[abi_param1 + offset_of(offsetof(GemmKernelParams, lda))]);
+        mov(reg_b_, ptr[abi_param1 + offset_of(offsetof(GemmKernelParams, b))]);
+        mov(reg_c_, ptr[abi_param1 + offset_of(offsetof(GemmKernelParams, c))]);
+        mov(reg_ldc_, ptr[abi_param1 + offset_of(offsetof(GemmKernelParams, ldc))]);
+        if (scaled()) {
+            mov(reg_b_scale_, ptr[abi_param1 + offset_of(offsetof(GemmKernelParams, b_scale))]);
+            mov(reg_a_scale_, ptr[abi_param1 + offset_of(offsetof(GemmKernelParams, a_scale))]);
+        }
+        if (tiles_m_ == 2) {  // A row 16 = A + 16 * lda
+            mov(reg_a_[1], reg_lda_);
+            shl(reg_a_[1], 4);
+            add(reg_a_[1], reg_a_[0]);
+        }
+    }
+
+    void set_constants() {
+        mov(reg_64_, kRowBytes);
+        mov(reg_128_, kCStackStride);  // abi_param1 is not needed any more
+        for (int j = 0; j < tiles_n_; ++j) {
+            if (cols_[j] == kTileCols) continue;
+            mov(eax, (1u << cols_[j]) - 1);
+            kmovw(col_mask(j), eax);
+            vector_used_ = true;
+        }
+        if (k_tail_bytes_ != 0) {  // INT4: 32 (the second group of a G = 32 step is missing)
+            mov(rax, (uint64_t{1} << k_tail_bytes_) - 1);
+            kmovq(k_tail_mask_, rax);
+        }
+        if (s4_) {
+            mov(eax, 0xF0F0F0F0u);
+            vpbroadcastd(zmm_nibble_mask_, eax);
+        }
+    }
+
+    void store_zero_rows(int32_t offset, int rows) {
+        for (int r = 0; r < rows; ++r) vmovdqu8(ptr[rsp + offset + r * kRowBytes], zmm0);
+    }
+
+    // Stack tiles whose unused rows must read as zero, and the INT4 accumulator.
+    void zero_stack_buffers() {
+        bool zeroed = false;
+        auto zero_reg = [&] {
+            if (!zeroed) vpxord(zmm0, zmm0, zmm0);
+            zeroed = vector_used_ = true;
+        };
+        for (int i = 0; i < tiles_m_; ++i) {
+            if (rows_[i] == kTileRows) continue;  // partial rows: rows beyond m stay zero (finite for bf16)
+            zero_reg();
+            store_zero_rows(stage_a_ + i * kTileBytes + rows_[i] * kRowBytes, kTileRows - rows_[i]);
+        }
+        if (s4_ && d_.group == 32) {  // variant v of a B tile: rows of the other group are zero
+            zero_reg();
+            for (int j = 0; j < tiles_n_; ++j) {
+                store_zero_rows(stage_b_s4(0, j, 8), 8);
+                store_zero_rows(stage_b_s4(1, j, 0), 8);
+            }
+        }
+        if (s4_) {
+            zero_reg();
+            for (int r = 0; r < d_.m; ++r)
+                for (int j = 0; j < tiles_n_; ++j)
+                    vmovups(ptr[rsp + acc_ + r * kCStackStride + j * kRowBytes], zmm0);
+        }
+    }
+
+    // ---- K loop ----
+
+    // Loads the A tiles for the current K step; `k_bytes` < 64 for the last partial step.
+    void load_a(int k_bytes) {
+        const bool partial_k = k_bytes < kStepBytes;
+        for (int i = 0; i < tiles_m_; ++i) {
+            if (rows_[i] == kTileRows && !partial_k) {
+                tile_load(tile_a(i), reg_a_[i], reg_lda_);
+                continue;
+            }
+            const int32_t stage = stage_a_ + i * kTileBytes;
+            mov(rax, reg_a_[i]);
+            for (int r = 0; r < rows_[i]; ++r) {
+                if (partial_k) {
+                    vmovdqu8(zmm0 | k_tail_mask_ | T_z, ptr[rax]);
+                } else {
+                    vmovdqu8(zmm0, ptr[rax]);
+                }
+                vmovdqu8(ptr[rsp + stage + r * kRowBytes], zmm0);
+                if (r + 1 < rows_[i]) add(rax, reg_lda_);
+            }
+            tile_load(tile_a(i), rsp, reg_64_, stage);
+            vector_used_ = true;
+        }
+    }
+
+    void advance_a() {
+        for (int i = 0; i < tiles_m_; ++i) add(reg_a_[i], kStepBytes);
+    }
+
+    void tmuls() {
+        for (int i = 0; i < tiles_m_; ++i)
+            for (int j = 0; j < tiles_n_; ++j) tile_dp(tdp_op(), tile_c(i, j), tile_a(i), tile_b(j));
+    }
+
+    void dense_step(int k_bytes) {
+        load_a(k_bytes);
+        for (int j = 0; j < tiles_n_; ++j) tile_load(tile_b(j), reg_b_, reg_64_, j * kTileBytes);
+        tmuls();
+    }
+
+    // INT8 / BF16: full steps in a loop, then the partial step.
+    void k_loop_dense() {
+        const int64_t k_bytes = d_.kind == GemmKind::kBf16F32 ? 2 * d_.k : d_.k;
+        const int64_t full_steps = k_bytes / kStepBytes;
+        if (full_steps > 0) {
+            Xbyak::Label loop;
+            mov(reg_k_loop_, full_steps);
+            L(loop);
+            dense_step(kStepBytes);
+            advance_a();
+            add(reg_b_, kPanelStepBytes);
+            dec(reg_k_loop_);
+            jnz(loop, T_NEAR);
+        }
+        if (k_tail_bytes_ != 0) dense_step(k_tail_bytes_);
+    }
+
+    // Offset of row r of the unpacked INT4 B tile for half j and group variant v (G = 32: v = r / 8).
+    int32_t stage_b_s4(int v, int j, int r) const {
+        return stage_b_ + (d_.group == 32 ? (2 * v + j) : j) * kTileBytes + r * kRowBytes;
+    }
+
+    // Unpacks `rows` rows of nibble half `half` (0: bits 0-3, 1: bits 4-7) of the current unit into int8 16*q.
+    void unpack_b(int half, int rows) {
+        for (int j = 0; j < tiles_n_; ++j) {
+            for (int r = 0; r < rows; ++r) {
+                vmovdqu8(zmm0, ptr[reg_b_ + j * kTileBytes + r * kRowBytes]);
+                if (half == 0) vpsllw(zmm0, zmm0, 4);
+                vpandd(zmm0, zmm0, zmm_nibble_mask_);
+                vmovdqu8(ptr[rsp + stage_b_s4(d_.group == 32 ? r / 8 : 0, j, r)], zmm0);
+            }
+        }
+    }
+
+    // INT4, end of a group: acc[m][n] = fma(float(C[m][n]), scale[g][n], acc[m][n]); C = 0; next group's scales.
+    void group_epilogue() {
+        for (int i = 0; i < tiles_m_; ++i)
+            for (int j = 0; j < tiles_n_; ++j)
+                tile_store(tile_c(i, j), rsp, reg_128_, c_stack_ + i * kTileRows * kCStackStride + j * kRowBytes);
+        for (int j = 0; j < tiles_n_; ++j) vmovups(zmm_w_scale(j), ptr[reg_b_scale_ + j * kRowBytes]);
+        add(reg_b_scale_, kNPanel * static_cast<int>(sizeof(float)));
+        lea(rax, ptr[rsp + c_stack_]);
+        lea(rcx, ptr[rsp + acc_]);
+        mov(edx, d_.m);
+        Xbyak::Label row;
+        L(row);
+        for (int j = 0; j < tiles_n_; ++j) {
+            vcvtdq2ps(zmm0, ptr[rax + j * kRowBytes]);
+            vmovups(zmm1, ptr[rcx + j * kRowBytes]);
+            vfmadd231ps(zmm1, zmm0, zmm_w_scale(j));
+            vmovups(ptr[rcx + j * kRowBytes], zmm1);
+        }
+        add(rax, kCStackStride);
+        add(rcx, kCStackStride);
+        dec(edx);
+        jnz(row, T_NEAR);
+        for (int i = 0; i < tiles_m_; ++i)
+            for (int j = 0; j < tiles_n_; ++j) tile_zero(tile_c(i, j));
+    }
+
+    // One INT4 K step: nibble half `half` of the current unit, `k_bytes` (64, or 32 for G = 32's last half step).
+    void s4_step(int half, int k_bytes) {
+        load_a(k_bytes);
+        unpack_b(half, k_bytes / 4);
+        if (d_.group == 32) {
+            for (int v = 0; v < k_bytes / 32; ++v) {
+                for (int j = 0; j < tiles_n_; ++j) tile_load(tile_b(j), rsp, reg_64_, stage_b_s4(v, j, 0));
+                tmuls();
+                group_epilogue();
+            }
+        } else {
+            for (int j = 0; j < tiles_n_; ++j) tile_load(tile_b(j), rsp, reg_64_, stage_b_s4(0, j, 0));
+            tmuls();
+            if (d_.group == 64 || half == 1) group_epilogue();
+        }
+    }
+
+    // INT4: whole units (128 K) in a loop, then the remaining 32, 64 or 96 K (G <= 64 only).
+    void k_loop_s4() {
+        vector_used_ = true;
+        const int64_t units = d_.k / kKUnitS4;
+        if (units > 0) {
+            Xbyak::Label loop;
+            mov(reg_k_loop_, units);
+            L(loop);
+            s4_step(0, kStepBytes);
+            advance_a();
+            s4_step(1, kStepBytes);
+            advance_a();
+            add(reg_b_, kPanelStepBytes);
+            dec(reg_k_loop_);
+            jnz(loop, T_NEAR);
+        }
+        const int rest = static_cast<int>(d_.k % kKUnitS4);
+        if (rest >= kStepBytes) {
+            s4_step(0, kStepBytes);
+            if (rest > kStepBytes) {
+                advance_a();
+                s4_step(1, rest - kStepBytes);
+            }
+        } else if (rest > 0) {
+            s4_step(0, rest);
+        }
+    }
+
+    // ---- epilogue ----
+
+    void store_c() {
+        if (!scaled() && whole_tiles()) {  // raw output in whole tiles: straight from the tiles
+            if (tiles_m_ == 2) {
+                mov(rax, reg_ldc_);
+                shl(rax, 4);
+                add(rax, reg_c_);
+            }
+            for (int i = 0; i < tiles_m_; ++i)
+                for (int j = 0; j < tiles_n_; ++j)
+                    tile_store(tile_c(i, j), i == 0 ? reg_c_ : rax, reg_ldc_, j * kRowBytes);
+            return;
+        }
+        vector_used_ = true;
+        if (!s4_) {
+            for (int i = 0; i < tiles_m_; ++i)
+                for (int j = 0; j < tiles_n_; ++j)
+                    tile_store(tile_c(i, j), rsp, reg_128_, c_stack_ + i * kTileRows * kCStackStride + j * kRowBytes);
+        }
+        if (d_.kind == GemmKind::kS8F32)
+            for (int j = 0; j < tiles_n_; ++j) vmovups(zmm_w_scale(j), ptr[reg_b_scale_ + j * kRowBytes]);
+        lea(rax, ptr[rsp + (s4_ ? acc_ : c_stack_)]);
+        mov(edx, d_.m);
+        Xbyak::Label row;
+        L(row);
+        if (scaled()) vbroadcastss(zmm_a_scale_, ptr[reg_a_scale_]);
+        for (int j = 0; j < tiles_n_; ++j) {
+            const Xbyak::Address src = ptr[rax + j * kRowBytes];
+            switch (d_.kind) {
+                case GemmKind::kS8S32: vmovdqu32(zmm0, src); break;
+                case GemmKind::kBf16F32: vmovups(zmm0, src); break;
+                case GemmKind::kS8F32:
+                    vcvtdq2ps(zmm0, src);
+                    vmulps(zmm0, zmm0, zmm_w_scale(j));
+                    vmulps(zmm0, zmm0, zmm_a_scale_);
+                    break;
+                case GemmKind::kS4F32:
+                    vmovups(zmm0, src);
+                    vmulps(zmm0, zmm0, zmm_a_scale_);
+                    break;
+            }
+            const Xbyak::Address dst = ptr[reg_c_ + j * kRowBytes];
+            const bool partial = cols_[j] < kTileCols;
+            if (d_.kind == GemmKind::kS8S32) {
+                if (partial) {
+                    vmovdqu32(dst | col_mask(j), zmm0);
+                } else {
+                    vmovdqu32(dst, zmm0);
+                }
+            } else if (partial) {
+                vmovups(dst | col_mask(j), zmm0);
+            } else {
+                vmovups(dst, zmm0);
+            }
+        }
+        add(rax, kCStackStride);
+        add(reg_c_, reg_ldc_);
+        if (scaled()) add(reg_a_scale_, static_cast<int>(sizeof(float)));
+        dec(edx);
+        jnz(row, T_NEAR);
+    }
+
+    GemmKernelDesc d_;
+    int tiles_m_ = 0, tiles_n_ = 0;
+    int rows_[2] = {}, cols_[2] = {};  // valid rows of A tile i, valid columns of B / C half j
+    bool s4_ = false;
+    int k_tail_bytes_ = 0;             // bytes of A row in the last, partial K step (INT4: 0 or 32)
+    int32_t stage_a_ = 0, stage_b_ = 0, c_stack_ = 0, acc_ = 0, frame_bytes_ = 0;
+    bool vector_used_ = false;
+};
+
+}  // namespace
+
+std::string gemm_kernel_name(const GemmKernelDesc &d) {
+    std::string name = std::string("amx_gemm_") + kind_name(d.kind);
+    if (d.kind == GemmKind::kS4F32) name += "_g" + std::to_string(d.group);
+    return name + "_m" + std::to_string(d.m) + "_n" + std::to_string(d.n) + "_k" + std::to_string(d.k);
+}
+
+Status generate_gemm_kernel(const GemmKernelDesc &desc, std::unique_ptr<jit::JitCode> *out) {
+    KT_TRY(validate(desc));
+    return jit::build<GemmKernelGenerator>(out, desc);
+}
+
+Status gemm_kernel(const GemmKernelDesc &desc, const jit::JitCode **out) {
+    static jit::KernelCache<GemmKernelDesc, GemmKernelDescHash> cache;
+    KT_TRY(validate(desc));
+    return cache.get(desc, generate_gemm_kernel, out);
+}
+
+}  // namespace kt::cpu::amx

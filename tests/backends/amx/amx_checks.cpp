@@ -1,0 +1,153 @@
+#include "amx/amx_checks.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "amx/amx_reference.h"
+#include "amx/amx_test_util.h"
+
+using namespace kt::cpu::amx;
+
+namespace kt::test {
+
+std::string describe(const Shape &s) {
+    return "M=" + std::to_string(s.m) + " N=" + std::to_string(s.n) + " K=" + std::to_string(s.k) +
+           (s.group ? " G=" + std::to_string(s.group) : "");
+}
+
+namespace {
+
+// Runs a GEMM over [0, N) as two calls split at the first panel boundary when N > 32, so that n_begin != 0 is
+// exercised; with or without an explicit session.
+template <typename Call>
+void run_split(int64_t n, bool with_session, Call &&call) {
+    TileSession session;
+    TileSession *s = with_session ? &session : nullptr;
+    const int64_t split = n > kNPanel ? kNPanel : n;
+    Status st = call(s, 0, split);
+    INFO(st.message());
+    REQUIRE(st.is_ok());
+    if (split < n) {
+        st = call(s, split, n);
+        INFO(st.message());
+        REQUIRE(st.is_ok());
+    }
+    if (with_session) REQUIRE(session.end().is_ok());
+}
+
+}  // namespace
+
+void check_int8(const Shape &sh, uint32_t seed) {
+    std::mt19937 rng(seed);
+    // Odd M: lda == K, so reading past a row's end on the last row is an AddressSanitizer error.
+    const int64_t lda = sh.k + (sh.m % 2 ? 0 : 5), ldw = sh.k + 2;
+    const auto a = random_s8(static_cast<size_t>(sh.m * lda), rng);
+    const auto w = random_s8(static_cast<size_t>(sh.n * ldw), rng);
+    const auto w_scale = random_scales(static_cast<size_t>(sh.n), rng);
+    const auto a_scale = random_scales(static_cast<size_t>(sh.m), rng);
+    const PackedBDesc desc{WeightType::kInt8, sh.n, sh.k, 0};
+    const Packed p = pack(desc, [&](void *dst, size_t size) {
+        return pack_b_int8(desc, w.data(), ldw, w_scale.data(), dst, size);
+    });
+    const auto ref_s32 = amx_ref::gemm_s8_s32(sh.m, sh.n, sh.k, a.data(), lda, w.data(), ldw);
+    const auto ref_f32 =
+        amx_ref::gemm_s8_f32(sh.m, sh.n, sh.k, a.data(), lda, a_scale.data(), w.data(), ldw, w_scale.data());
+    for_each_amx_runner([&](const char *runner) {
+        INFO(runner << ": " << describe(sh));
+        OutC<int32_t> c32(sh.m, sh.n);
+        run_split(sh.n, true, [&](TileSession *s, int64_t nb, int64_t ne) {
+            return gemm_s8_s32(s, p.b, sh.m, nb, ne, a.data(), lda, c32.c.data() + nb, c32.ldc);
+        });
+        for (int64_t i = 0; i < sh.m; ++i)
+            for (int64_t j = 0; j < sh.n; ++j) {
+                INFO("s32 C[" << i << "][" << j << "]");
+                REQUIRE(c32.at(i, j) == ref_s32[static_cast<size_t>(i * sh.n + j)]);
+            }
+        c32.check_sentinels();
+
+        OutC<float> cf(sh.m, sh.n);
+        run_split(sh.n, false, [&](TileSession *s, int64_t nb, int64_t ne) {
+            return gemm_s8_f32(s, p.b, sh.m, nb, ne, a.data(), lda, a_scale.data(), cf.c.data() + nb, cf.ldc);
+        });
+        for (int64_t i = 0; i < sh.m; ++i)
+            for (int64_t j = 0; j < sh.n; ++j) {
+                INFO("f32 C[" << i << "][" << j << "]");
+                REQUIRE(f32_bits(cf.at(i, j)) == f32_bits(ref_f32[static_cast<size_t>(i * sh.n + j)]));
+            }
+        cf.check_sentinels();
+    });
+}
+
+void check_int4(const Shape &sh, uint32_t seed) {
+    std::mt19937 rng(seed);
+    const int64_t lda = sh.k + (sh.m % 2 ? 0 : 1), ldw = sh.k + 3, groups = sh.k / sh.group;
+    const auto a = random_s8(static_cast<size_t>(sh.m * lda), rng);
+    const auto w = random_s8(static_cast<size_t>(sh.n * ldw), rng, -8, 7);
+    const auto w_scale = random_scales(static_cast<size_t>(sh.n * groups), rng);
+    const auto a_scale = random_scales(static_cast<size_t>(sh.m), rng);
+    const PackedBDesc desc{WeightType::kInt4, sh.n, sh.k, sh.group};
+    const Packed p = pack(desc, [&](void *dst, size_t size) {
+        return pack_b_int4(desc, w.data(), ldw, w_scale.data(), dst, size);
+    });
+    const auto ref = amx_ref::gemm_s4_f32(sh.m, sh.n, sh.k, sh.group, a.data(), lda, a_scale.data(), w.data(), ldw,
+                                          w_scale.data());
+    for_each_amx_runner([&](const char *runner) {
+        INFO(runner << ": " << describe(sh));
+        OutC<float> c(sh.m, sh.n);
+        run_split(sh.n, true, [&](TileSession *s, int64_t nb, int64_t ne) {
+            return gemm_s8_f32(s, p.b, sh.m, nb, ne, a.data(), lda, a_scale.data(), c.c.data() + nb, c.ldc);
+        });
+        for (int64_t i = 0; i < sh.m; ++i)
+            for (int64_t j = 0; j < sh.n; ++j) {
+                INFO("C[" << i << "][" << j << "]");
+                REQUIRE(f32_bits(c.at(i, j)) == f32_bits(ref[static_cast<size_t>(i * sh.n + j)]));
+            }
+        c.check_sentinels();
+    });
+}
+
+void check_bf16(const Shape &sh, uint32_t seed) {
+    std::mt19937 rng(seed);
+    // Odd M: lda == K (reads past the last row are AddressSanitizer errors); even M: the columns between K and
+    // lda hold NaN, so a kernel that reads past K in any row turns its output into NaN even without ASan.
+    const int64_t lda = sh.k + (sh.m % 2 ? 0 : 7), ldw = sh.k;
+    auto a = random_bf16(static_cast<size_t>(sh.m * lda), rng);
+    for (int64_t i = 0; i < sh.m; ++i)
+        for (int64_t x = sh.k; x < lda; ++x) a[static_cast<size_t>(i * lda + x)] = 0x7FC1;
+    const auto w = random_bf16(static_cast<size_t>(sh.n * ldw), rng);
+    const PackedBDesc desc{WeightType::kBf16, sh.n, sh.k, 0};
+    const Packed p = pack(desc, [&](void *dst, size_t size) { return pack_b_bf16(desc, w.data(), ldw, dst, size); });
+    const auto sdm = amx_ref::gemm_bf16_sdm(sh.m, sh.n, sh.k, a.data(), lda, w.data(), ldw);
+    std::vector<double> exact, abs_sum;
+    amx_ref::gemm_bf16_f64(sh.m, sh.n, sh.k, a.data(), lda, w.data(), ldw, &exact, &abs_sum);
+    // Products of bf16 are exact in fp32; every sum is one fp32 rounding, and an output goes through at most K + 2
+    // of them (16-term chains per step, then two adds per step), so |error| <= (K + 2) * 2^-24 * sum |a*w|.
+    const double bound_factor = static_cast<double>(sh.k + 2) * std::ldexp(1.0, -24);
+    double worst = 0.0;
+    for_each_amx_runner([&](const char *runner) {
+        INFO(runner << ": " << describe(sh));
+        OutC<float> c(sh.m, sh.n);
+        run_split(sh.n, sh.m % 2 == 0, [&](TileSession *s, int64_t nb, int64_t ne) {
+            return gemm_bf16_f32(s, p.b, sh.m, nb, ne, a.data(), lda, c.c.data() + nb, c.ldc);
+        });
+        const bool native = std::string(runner) != "tile machine";
+        size_t sdm_mismatches = 0;
+        for (int64_t i = 0; i < sh.m; ++i) {
+            for (int64_t j = 0; j < sh.n; ++j) {
+                const size_t x = static_cast<size_t>(i * sh.n + j);
+                const double err = std::fabs(static_cast<double>(c.at(i, j)) - exact[x]);
+                INFO("C[" << i << "][" << j << "] = " << c.at(i, j) << ", fp64 " << exact[x]);
+                REQUIRE(err <= bound_factor * abs_sum[x]);
+                if (abs_sum[x] > 0) worst = std::max(worst, err / (bound_factor * abs_sum[x]));
+                if (f32_bits(c.at(i, j)) != f32_bits(sdm[x])) ++sdm_mismatches;
+                if (!native) REQUIRE(f32_bits(c.at(i, j)) == f32_bits(sdm[x]));
+            }
+        }
+        // On hardware, bit-exactness with the SDM pseudocode is the conformance question of reference §4.6.
+        if (native) CHECK(sdm_mismatches == 0);
+        c.check_sentinels();
+    });
+    CHECK(worst <= 1.0);
+}
+
+}  // namespace kt::test

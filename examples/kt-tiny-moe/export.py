@@ -41,10 +41,20 @@ PROMPTS = [
     "Jesus answered and said unto them",
     "For God so loved the world",
     "Thus saith the LORD",
+    "And the king said",
+    "Then spake Jesus",
+    "My son, hear",
+    "Praise ye the LORD",
 ]
 N_GEN = 32
+# A greedy token is an exact expectation only if f32 rounding cannot change it: its deciding logits need a clear
+# top-1, and every position up to it a clear top-k expert choice in every layer. Measured on this model (511
+# held-out tokens), PyTorch float32 differs from float64 by at most 2e-5 in the logits and 5e-6 in the router
+# logits, so the thresholds below leave a margin of 500x and 400x for kt's f32 arithmetic (F32 file, f32 KV
+# cache). The golden model data uses 0.01 for routing because its references also serve f16/bf16 KV caches;
+# routing gaps below 0.01 are common here (2.4 % of layer-positions), below 0.002 rare (0.4 %).
 MIN_MARGIN = 0.01      # top-1 minus top-2 logit at every deciding position
-MIN_ROUTE_GAP = 0.01   # k-th minus (k+1)-th router logit at every position, every layer (as the golden data)
+MIN_ROUTE_GAP = 0.002  # k-th minus (k+1)-th router logit at every position, every layer
 PARITY_CHUNKS = 2      # held-out chunks the CI test scores (each context_length - 1 tokens)
 MIN_PROMPTS = 4
 MIN_STABLE = 8         # a prompt is kept when at least this many continuation tokens are well conditioned
@@ -276,7 +286,8 @@ def write_expected(path, heldout_name, subset_ids, c, results, kept):
         "# context), scoring every t0..t(n-1): ppl = exp(sum of -log p(t_i) / (chunks * chunk_tokens)).",
         "# ppl tolerance: relative 1 %.",
         "# greedy: BOS + prompt ids (prompt.ids, as tokenizing with add_bos gives), then argmax decoding without",
-        "# EOS stop; every listed token had a top-1 margin >= 0.01 and routing gaps >= 0.01 (must match exactly).",
+        f"# EOS stop; every listed token had a top-1 margin >= {MIN_MARGIN} and routing gaps >= {MIN_ROUTE_GAP} at every",
+        "# position up to it, in every layer (must match exactly with f32 weights and an f32 KV cache).",
         f"heldout.file {heldout_name}",
         "heldout.ids " + " ".join(map(str, subset_ids)),
         f"ppl.chunk_tokens {n_text}",

@@ -131,10 +131,12 @@ struct Kernels {
 
     // One block: rows [0, mr) x the kNV column vectors starting at panel column c0 of panel p, whole K.
     // kKpg: K steps of 4 per scale group (4, 8, 16, 32), or 0 for one group over the whole K (kInt8).
-    // pf: the panel to prefetch while this one is computed (tile (s, h) at pf + (s * 2 + h) * 1024), or nullptr.
+    // pf: the panel to prefetch while this one is computed (tile (s, h) at pf + (s * 2 + h) * 1024), or nullptr;
+    // only its tiles s in [pf_lo, pf_hi), so that a panel's row blocks share the prefetching of the next panel.
     template <PackedType T, int kKpg, int mr>
     static void int_block(const PackedMatrix &w, int64_t p, int c0, const int8_t *const *a, const int32_t *const *sums,
-                          const float *a_scale, float *const *c, int valid_cols, const uint8_t *pf) {
+                          const float *a_scale, float *const *c, int valid_cols, const uint8_t *pf, int64_t pf_lo,
+                          int64_t pf_hi) {
         constexpr int kParts = Fmt<T>::kNibble ? 2 : 1;
         constexpr int kRowsPerFlush = (kKpg == 0 || kKpg > 16) ? 16 : kKpg;
         constexpr int kUMax = Fmt<T>::kUMax;
@@ -186,9 +188,10 @@ struct Kernels {
             const uint8_t *tb[kNV];
             const uint8_t *hb[kNV] = {nullptr, nullptr};
             const uint8_t *pb[kNV] = {nullptr, nullptr};
+            const bool prefetching = pf && s >= pf_lo && s < pf_hi;
             for (int v = 0; v < kNV; ++v) {
                 tb[v] = w.tile(p, s, vp[v].half) + vp[v].byte_off;
-                if (pf) pb[v] = pf + (s * 2 + vp[v].half) * kTileBytes + vp[v].byte_off;
+                if (prefetching) pb[v] = pf + (s * 2 + vp[v].half) * kTileBytes + vp[v].byte_off;
                 const int64_t tile_index = (p * L.tiles_per_half + s) * 2 + vp[v].half;
                 if constexpr (T == PackedType::kQ5_K) hb[v] = w.data + L.hbits + tile_index * 256;
                 if constexpr (T == PackedType::kQ6_K) hb[v] = w.data + L.hbits + tile_index * 512;
@@ -203,7 +206,7 @@ struct Kernels {
                             const int64_t kappa = s * tile_k4 + part * 16 + r;
                             VI u[kNV];
                             for (int v = 0; v < kNV; ++v) {
-                                if (pf && (kW == 16 || vp[v].vi == 0)) S::prefetch(pb[v] + r * kTileRowBytes);
+                                if (prefetching && (kW == 16 || vp[v].vi == 0)) S::prefetch(pb[v] + r * kTileRowBytes);
                                 const uint8_t *row_hb = nullptr;
                                 if constexpr (T == PackedType::kQ5_K) row_hb = hb[v] + r * 16;
                                 if constexpr (T == PackedType::kQ6_K) row_hb = hb[v] + r * 32;
@@ -264,10 +267,11 @@ struct Kernels {
                         sc[i] = a.scale[row];
                         cp[i] = c + (i0 + i) * ldc + (p * kPanel + c0 - n_begin);
                     }
-                    // The first row block of each panel prefetches the next panel (or the caller's next weights).
-                    const uint8_t *pf = nullptr;
-                    if (i0 == 0) pf = p + 1 < p_end ? w.tile(p + 1, 0, 0) : a.prefetch_next;
-                    dispatch_mr<T, kKpg>(mr, w, p, c0, ap, sp, sc, cp, valid, pf);
+                    // The row blocks of a panel prefetch the next panel (or the caller's next weights) between them,
+                    // each a share of its tiles, so the stream is spread over the panel's whole compute.
+                    const uint8_t *pf = p + 1 < p_end ? w.tile(p + 1, 0, 0) : a.prefetch_next;
+                    const int64_t blocks = (m + kMR - 1) / kMR, bi = i0 / kMR, tiles = w.layout.tiles_per_half;
+                    dispatch_mr<T, kKpg>(mr, w, p, c0, ap, sp, sc, cp, valid, pf, tiles * bi / blocks, tiles * (bi + 1) / blocks);
                 }
             }
         }
@@ -276,11 +280,11 @@ struct Kernels {
     template <PackedType T, int kKpg, int mr = kMR>
     static void dispatch_mr(int n, const PackedMatrix &w, int64_t p, int c0, const int8_t *const *a,
                             const int32_t *const *sums, const float *a_scale, float *const *c, int valid,
-                            const uint8_t *pf) {
+                            const uint8_t *pf, int64_t pf_lo, int64_t pf_hi) {
         if constexpr (mr > 1) {
-            if (n < mr) return dispatch_mr<T, kKpg, mr - 1>(n, w, p, c0, a, sums, a_scale, c, valid, pf);
+            if (n < mr) return dispatch_mr<T, kKpg, mr - 1>(n, w, p, c0, a, sums, a_scale, c, valid, pf, pf_lo, pf_hi);
         }
-        int_block<T, kKpg, mr>(w, p, c0, a, sums, a_scale, c, valid, pf);
+        int_block<T, kKpg, mr>(w, p, c0, a, sums, a_scale, c, valid, pf, pf_lo, pf_hi);
     }
 
     static void gemm_int(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t n_begin, int64_t n_end, float *c,
@@ -305,7 +309,7 @@ struct Kernels {
 
     template <int mr>
     static void bf16_block(const PackedMatrix &w, int64_t p, int c0, const uint16_t *const *a, float *const *c,
-                           int valid_cols, const uint8_t *pf) {
+                           int valid_cols, const uint8_t *pf, int64_t pf_lo, int64_t pf_hi) {
         const PackedLayout &L = w.layout;
         const VecPos vp[kNV] = {vec_pos(c0, 0), vec_pos(c0, 1)};
         // Two fp32 chains per output vector (even and odd K pairs), on every ISA, so that results stay the same bits
@@ -318,9 +322,10 @@ struct Kernels {
         for (int64_t s = 0; s < L.tiles_per_half; ++s) {
             const uint8_t *tb[kNV];
             const uint8_t *pb[kNV] = {nullptr, nullptr};
+            const bool prefetching = pf && s >= pf_lo && s < pf_hi;
             for (int v = 0; v < kNV; ++v) {
                 tb[v] = w.tile(p, s, vp[v].half) + vp[v].byte_off;
-                if (pf) pb[v] = pf + (s * 2 + vp[v].half) * kTileBytes + vp[v].byte_off;
+                if (prefetching) pb[v] = pf + (s * 2 + vp[v].half) * kTileBytes + vp[v].byte_off;
             }
             for (int r0 = 0; r0 < 16; r0 += kSplit) {
                 for (int j = 0; j < kSplit; ++j) {
@@ -328,7 +333,7 @@ struct Kernels {
                     const int64_t pair = s * 16 + r;
                     VI wv[kNV];
                     for (int v = 0; v < kNV; ++v) {
-                        if (pf && (kW == 16 || vp[v].vi == 0)) S::prefetch(pb[v] + r * kTileRowBytes);
+                        if (prefetching && (kW == 16 || vp[v].vi == 0)) S::prefetch(pb[v] + r * kTileRowBytes);
                         wv[v] = S::loadu(tb[v] + r * kTileRowBytes);
                     }
                     for (int m = 0; m < mr; ++m)
@@ -343,11 +348,11 @@ struct Kernels {
 
     template <int mr = kMR>
     static void dispatch_bf16(int n, const PackedMatrix &w, int64_t p, int c0, const uint16_t *const *a,
-                              float *const *c, int valid, const uint8_t *pf) {
+                              float *const *c, int valid, const uint8_t *pf, int64_t pf_lo, int64_t pf_hi) {
         if constexpr (mr > 1) {
-            if (n < mr) return dispatch_bf16<mr - 1>(n, w, p, c0, a, c, valid, pf);
+            if (n < mr) return dispatch_bf16<mr - 1>(n, w, p, c0, a, c, valid, pf, pf_lo, pf_hi);
         }
-        bf16_block<mr>(w, p, c0, a, c, valid, pf);
+        bf16_block<mr>(w, p, c0, a, c, valid, pf, pf_lo, pf_hi);
     }
 
     static void gemm_bf16(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t n_begin, int64_t n_end,
@@ -366,9 +371,9 @@ struct Kernels {
                         ap[i] = a.bf16 + row * a.bf16_ld;
                         cp[i] = c + (i0 + i) * ldc + (p * kPanel + c0 - n_begin);
                     }
-                    const uint8_t *pf = nullptr;
-                    if (i0 == 0) pf = p + 1 < p_end ? w.tile(p + 1, 0, 0) : a.prefetch_next;
-                    dispatch_bf16(mr, w, p, c0, ap, cp, valid, pf);
+                    const uint8_t *pf = p + 1 < p_end ? w.tile(p + 1, 0, 0) : a.prefetch_next;
+                    const int64_t blocks = (m + kMR - 1) / kMR, bi = i0 / kMR, tiles = w.layout.tiles_per_half;
+                    dispatch_bf16(mr, w, p, c0, ap, cp, valid, pf, tiles * bi / blocks, tiles * (bi + 1) / blocks);
                 }
             }
         }

@@ -18,8 +18,9 @@
 
 namespace kt::cpu::impl {
 
-// The IQ4_NL / IQ4_XS code book plus 128: what the kernel feeds vpdpbusd as u.
+// The IQ4_NL / IQ4_XS code book plus 128: what the kernel feeds vpdpbusd as u; and as it is, for dot4s.
 inline constexpr uint8_t kIq4Unsigned[16] = {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241};
+inline constexpr int8_t kIq4Signed[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 template <PackedType T>
 struct Fmt;
@@ -93,9 +94,15 @@ struct Kernels {
 
     // ---- integer formats -----------------------------------------------------------------------------------
 
+    // Formats whose codes need the whole byte (INT8, Q8_0, IQ4_XS) on ISAs without VNNI: the kernel works with the
+    // signed weights and dot4s, which needs no activation-sum correction. Both forms give the exact integer sum.
+    template <PackedType T>
+    static constexpr bool kSigned = S::kSignedWideDot && Fmt<T>::kUMax > 127;
+
     template <PackedType T>
     static VI decode(const uint8_t *row, int part, const uint8_t *hb, int vi, VI table) {
         if constexpr (!Fmt<T>::kNibble) {
+            if constexpr (kSigned<T>) return S::loadu(row);
             return S::xor_(S::loadu(row), S::set1_8(static_cast<int8_t>(0x80)));
         } else {
             const VI x = S::loadu(row);
@@ -149,7 +156,7 @@ struct Kernels {
         VI table = S::zero();
         if constexpr (T == PackedType::kIq4Xs) {
             alignas(64) uint8_t t[64];
-            for (int i = 0; i < 64; ++i) t[i] = kIq4Unsigned[i % 16];
+            for (int i = 0; i < 64; ++i) t[i] = kSigned<T> ? static_cast<uint8_t>(kIq4Signed[i % 16]) : kIq4Unsigned[i % 16];
             table = S::loadu(t);
         }
 
@@ -174,6 +181,8 @@ struct Kernels {
                     if constexpr (Fmt<T>::kMins) {
                         accf[m][v] = S::fmadd(S::cvt(isum(m, v)), scale, accf[m][v]);
                         accf[m][v] = S::fnmadd(min, S::fset1(static_cast<float>(sums[m][g])), accf[m][v]);
+                    } else if constexpr (kSigned<T>) {
+                        accf[m][v] = S::fmadd(S::cvt(isum(m, v)), scale, accf[m][v]);
                     } else {
                         accf[m][v] = S::fmadd(S::cvt(S::sub32(isum(m, v), S::set1_32(sums[m][g]))), scale, accf[m][v]);
                     }
@@ -214,7 +223,9 @@ struct Kernels {
                             }
                             for (int m = 0; m < mr; ++m)
                                 for (int v = 0; v < kNV; ++v)
-                                    acci[m][v][j] = S::template dot4_bcst<kUMax, kKpg == 0>(acci[m][v][j], u[v], a[m] + 4 * kappa);
+                                    acci[m][v][j] = kSigned<T> ? S::dot4s(acci[m][v][j], u[v], S::bcst32(a[m] + 4 * kappa))
+                                                               : S::template dot4_bcst<kUMax, kKpg == 0>(
+                                                                     acci[m][v][j], u[v], a[m] + 4 * kappa);
                         }
                     }
                     if constexpr (kKpg != 0 && kKpg <= 16) {
@@ -237,7 +248,8 @@ struct Kernels {
                 VF out;
                 if constexpr (kKpg == 0) {  // kInt8: (float(isum) * w_scale) * a_scale
                     const VF wscale = S::loadf(reinterpret_cast<const float *>(w.data + L.colscale) + p * kPanel + vp[v].col);
-                    out = S::mul(S::mul(S::cvt(S::sub32(isum(m, v), S::set1_32(sums[m][0]))), wscale), as);
+                    const VI exact = kSigned<T> ? isum(m, v) : S::sub32(isum(m, v), S::set1_32(sums[m][0]));
+                    out = S::mul(S::mul(S::cvt(exact), wscale), as);
                 } else {
                     out = S::mul(accf[m][v], as);
                 }

@@ -208,6 +208,21 @@ uint64_t mem_total_bytes() {
     return 0;
 }
 
+// AnonHugePages of this process in MiB (whether the weights got transparent huge pages).
+long anon_huge_mib() {
+    std::ifstream in("/proc/self/smaps_rollup");
+    std::string key;
+    long kb = 0;
+    while (in >> key) {
+        if (key == "AnonHugePages:") {
+            in >> kb;
+            return kb / 1024;
+        }
+        in.ignore(1 << 10, '\n');
+    }
+    return -1;
+}
+
 double now_seconds() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -332,10 +347,12 @@ int main(int argc, char **argv) {
             if (o.layers == 0 && (total_gib >= 1.0 || next_gib > o.max_gib)) break;
             if (next_gib > o.max_gib) break;
         }
-        std::fprintf(stderr, "# %s: %zu layer(s) of %.2f GiB packed (%s), loaded at %.0f MB/s of packed weights; %s\n",
+        std::fprintf(stderr,
+                     "# %s: %zu layer(s) of %.2f GiB packed (%s), loaded at %.0f MB/s of packed weights, %ld MiB in "
+                     "transparent huge pages; %s\n",
                      fmt.name, pools.size(), static_cast<double>(info.weight_bytes) / (1ull << 30), info.weight_formats,
                      static_cast<double>(info.weight_bytes) * static_cast<double>(pools.size()) / load_s / 1e6,
-                     info.description);
+                     anon_huge_mib(), info.description);
 
         for (int64_t T : o.tokens) {
             std::vector<float> x(static_cast<size_t>(T * o.hidden)), y(x.size());

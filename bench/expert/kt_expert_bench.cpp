@@ -12,6 +12,9 @@
 //   gops_per_s     2 * 3 * hidden * intermediate * (token, expert) pairs / time (1e9)
 //   bw_fraction    gbytes_per_s / the measured read bandwidth
 //   peak_fraction  gops_per_s / the measured int8 dot peak (bf16 peak for BF16)
+//   attainable_fraction  gops_per_s / min(peak, read bandwidth x operations per weight byte of this call): the
+//                  roofline bound for this arithmetic intensity. Prefill with few tokens per expert can be
+//                  bandwidth bound even on a compute peak target (DeepSeek: 16 tokens per expert at 512 tokens).
 #include <sched.h>
 #include <time.h>
 #include <unistd.h>
@@ -208,6 +211,21 @@ uint64_t mem_total_bytes() {
     return 0;
 }
 
+// AnonHugePages of this process in MiB (whether the weights got transparent huge pages).
+long anon_huge_mib() {
+    std::ifstream in("/proc/self/smaps_rollup");
+    std::string key;
+    long kb = 0;
+    while (in >> key) {
+        if (key == "AnonHugePages:") {
+            in >> kb;
+            return kb / 1024;
+        }
+        in.ignore(1 << 10, '\n');
+    }
+    return -1;
+}
+
 double now_seconds() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -268,10 +286,10 @@ int main(int argc, char **argv) {
     if (o.csv)
         std::printf("format,isa,experts,top_k,hidden,intermediate,tokens,threads,tokens_per_s,gbytes_per_s,gops_per_s,"
                     "bw_fraction,peak_fraction,kernels,ms_per_call,ms_best,unique_experts,layers,read_gbs,int8_peak_gops,"
-                    "bf16_peak_gflops,weight_formats\n");
+                    "bf16_peak_gflops,attainable_gops,attainable_fraction,weight_formats\n");
     else
-        std::printf("%-7s %6s %8s %10s %9s %9s %7s %7s %9s %8s\n", "format", "tokens", "ms/call", "tokens/s", "GB/s",
-                    "GOP/s", "of BW", "of peak", "experts", "layers");
+        std::printf("%-7s %6s %8s %10s %9s %9s %7s %7s %7s %9s %8s\n", "format", "tokens", "ms/call", "tokens/s", "GB/s",
+                    "GOP/s", "of BW", "of peak", "of roof", "experts", "layers");
     std::fflush(stdout);
 
     const int64_t max_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());
@@ -332,10 +350,12 @@ int main(int argc, char **argv) {
             if (o.layers == 0 && (total_gib >= 1.0 || next_gib > o.max_gib)) break;
             if (next_gib > o.max_gib) break;
         }
-        std::fprintf(stderr, "# %s: %zu layer(s) of %.2f GiB packed (%s), loaded at %.0f MB/s of packed weights; %s\n",
+        std::fprintf(stderr,
+                     "# %s: %zu layer(s) of %.2f GiB packed (%s), loaded at %.0f MB/s of packed weights, %ld MiB in "
+                     "transparent huge pages; %s\n",
                      fmt.name, pools.size(), static_cast<double>(info.weight_bytes) / (1ull << 30), info.weight_formats,
                      static_cast<double>(info.weight_bytes) * static_cast<double>(pools.size()) / load_s / 1e6,
-                     info.description);
+                     anon_huge_mib(), info.description);
 
         for (int64_t T : o.tokens) {
             std::vector<float> x(static_cast<size_t>(T * o.hidden)), y(x.size());
@@ -396,17 +416,20 @@ int main(int argc, char **argv) {
                                     ? roof.bf16_gflops
                                     : roof.int8_gops;
             const double bw_frac = roof.read_gbs > 0 ? gbs / roof.read_gbs : 0, peak_frac = peak > 0 ? gops / peak : 0;
+            const double attainable = std::min(peak, roof.read_gbs * ops / bytes);  // GOP/s
+            const double att_frac = attainable > 0 ? gops / attainable : 0;
             if (o.csv)
-                std::printf("%s,%s,%lld,%d,%lld,%lld,%lld,%d,%.2f,%.2f,%.1f,%.3f,%.3f,%s,%.3f,%.3f,%.1f,%zu,%.1f,%.0f,%.0f,\"%s\"\n",
+                std::printf("%s,%s,%lld,%d,%lld,%lld,%lld,%d,%.2f,%.2f,%.1f,%.3f,%.3f,%s,%.3f,%.3f,%.1f,%zu,%.1f,%.0f,%.0f,"
+                            "%.0f,%.3f,\"%s\"\n",
                             fmt.name, kt_isa_name(info.isa), static_cast<long long>(o.experts), o.top_k,
                             static_cast<long long>(o.hidden), static_cast<long long>(o.inter), static_cast<long long>(T),
                             threads, static_cast<double>(T) / med, gbs, gops, bw_frac, peak_frac, info.kernels,
                             med * 1e3, best * 1e3, mean_unique, pools.size(), roof.read_gbs, roof.int8_gops,
-                            roof.bf16_gflops, info.weight_formats);
+                            roof.bf16_gflops, attainable, att_frac, info.weight_formats);
             else
-                std::printf("%-7s %6lld %8.3f %10.1f %9.2f %9.1f %6.1f%% %6.1f%% %9.1f %8zu\n", fmt.name,
+                std::printf("%-7s %6lld %8.3f %10.1f %9.2f %9.1f %6.1f%% %6.1f%% %6.1f%% %9.1f %8zu\n", fmt.name,
                             static_cast<long long>(T), med * 1e3, static_cast<double>(T) / med, gbs, gops, 100 * bw_frac,
-                            100 * peak_frac, mean_unique, pools.size());
+                            100 * peak_frac, 100 * att_frac, mean_unique, pools.size());
             std::fflush(stdout);
         }
         for (kt_expert_pool *pool : pools) kt_expert_pool_free(pool);

@@ -3,6 +3,8 @@
 //                   counter GOPS = 2 M N K per second / 1e9.
 //   BM_gemv_stream  one token against 256 MiB of weights: the streaming rate of the decode path; counter GBS =
 //                   packed weight bytes per second / 1e9.
+//   BM_gemm_stream  16 or 64 tokens against 256 MiB of weights in 256-column calls (an expert pool task): the
+//                   prefill rate when weights come from memory; counter GOPS.
 // Use --benchmark_repetitions and the min aggregate on a busy machine (preemption only ever adds time).
 #include <benchmark/benchmark.h>
 
@@ -144,6 +146,23 @@ void BM_gemv_stream(benchmark::State &state, const cpu::KernelSet *ks, Fmt f) {
                                                benchmark::Counter::kIsRate);
 }
 
+// Prefill-sized GEMMs (M tokens) over 256 MiB of weights: the compute rate when weights stream from memory.
+void BM_gemm_stream(benchmark::State &state, const cpu::KernelSet *ks, Fmt f) {
+    const int64_t m = state.range(0), k = 2048, n = (int64_t{256} << 20) / k;
+    Packed p = pack(f, n, k);
+    Acts a = acts_for(*ks, p.w.layout, m);
+    const int64_t chunk = 256;  // columns per call, as an expert pool task
+    std::vector<float> c(static_cast<size_t>(m * chunk));
+    for (auto _ : state) {
+        for (int64_t n0 = 0; n0 < n; n0 += chunk) {
+            cpu::gemm(*ks, p.w, a.a, m, n0, std::min(n, n0 + chunk), c.data(), chunk);
+            benchmark::DoNotOptimize(c.data());
+        }
+    }
+    state.counters["GOPS"] = benchmark::Counter(2.0 * static_cast<double>(m * n * k) * static_cast<double>(state.iterations()) / 1e9,
+                                                benchmark::Counter::kIsRate);
+}
+
 // The single-core dot-product peaks the GEMM rates compare to (the roofline loops of kt-expert-bench).
 void BM_peak(benchmark::State &state, uint64_t (*loop)(int64_t), double ops_per_iteration) {
     const int64_t iterations = 100000;
@@ -173,6 +192,8 @@ int main(int argc, char **argv) {
                 ->Arg(1)->Arg(4)->Arg(16)->Arg(64);
             benchmark::RegisterBenchmark(("BM_gemv_stream/" + tag).c_str(), BM_gemv_stream, sets[i], f)
                 ->Unit(benchmark::kMillisecond);
+            benchmark::RegisterBenchmark(("BM_gemm_stream/" + tag).c_str(), BM_gemm_stream, sets[i], f)
+                ->Arg(16)->Arg(64)->Unit(benchmark::kMillisecond);
         }
     }
     benchmark::Initialize(&argc, argv);

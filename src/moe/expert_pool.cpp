@@ -20,9 +20,10 @@ namespace {
 // Task granularity, chosen per call: gate/up tasks cover a block of rows of an expert's I shard, down tasks a block
 // of H columns (whole 32-wide panels). Long blocks make long contiguous weight streams (a block's panels are
 // adjacent in memory), which the prefetchers sustain better than many short ones: decode is bandwidth bound. Blocks
-// shrink (to one panel) until each group has at least kTasksPerThread tasks per thread for dynamic balancing.
+// shrink (to one panel) until each group has at least kTasksPerThread tasks per thread, so that the last tasks
+// of a phase leave threads idle for a small share of it.
 constexpr int64_t kMaxBlock = 256;
-constexpr int64_t kTasksPerThread = 4;
+constexpr int64_t kTasksPerThread = 8;
 // Tokens per GEMM call inside a task: bounds the task's fp32 scratch (kTokenChunk x block floats per matrix).
 constexpr int64_t kTokenChunk = 64;
 constexpr int64_t kTileFloats = kTokenChunk * 2 * kMaxBlock;  // per thread: gate and up outputs (or down's)

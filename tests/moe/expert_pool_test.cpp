@@ -97,7 +97,7 @@ TEST_CASE("expert pool: every format at every ISA level matches the math referen
             int64_t tokens;
             int32_t top_k;
         };
-        const Call calls[] = {{1, 1}, {1, 8}, {2, 3}, {7, 8}, {33, 2}, {33, 8}};
+        const Call calls[] = {{1, 1}, {1, 8}, {2, 3}, {2, 5}, {7, 4}, {7, 8}, {3, 6}, {3, 7}, {33, 2}, {33, 8}};  // top-k 1..8
         std::vector<std::vector<float>> first(std::size(calls));
         for (size_t li = 0; li < levels.size(); ++li) {
             ScopedLevel scoped(levels[li]);

@@ -1,11 +1,13 @@
 // CPU kernels for the expert engine and dense layers, and their dispatch by ISA level.
 //
 // Numerics (shared with the AMX kernels, src/backends/cpu/amx/amx_gemm.h):
-//   - Activations for the integer formats are int8 per token: a_q = round_to_even(x * (127 / amax)), one fp32
-//     scale amax / 127 per row, quantized once per token and reused by every expert that token visits.
-//   - A kernel computes, per scale group g of the weights, the exact int32 sum of u * a_q (u = the unsigned byte
-//     the format decodes to, see packed.h) minus u_offset * sum(a_q over g) (precomputed per row, QuantSpec), and
-//     accumulates acc = fma(float(isum_g), S_g, acc) over groups in order; formats with mins (Q4_K, Q5_K) then
+//   - Activations for the integer formats are int8 per token: a_q = round_to_even(x * (127 / amax)) in
+//     [-127, 127], one fp32 scale amax / 127 per row, quantized once per token and reused by every expert that
+//     token visits.
+//   - A kernel computes, per scale group g of the weights, the exact int32 sum of w * a_q over the group (with
+//     VNNI as the sum of u * a_q, u = the unsigned byte the format decodes to (packed.h), minus u_offset times
+//     sum(a_q over g), precomputed per row (QuantSpec); without VNNI full-byte codes use |w| times a_q with w's
+//     sign) and accumulates acc = fma(float(isum_g), S_g, acc) over groups in order; formats with mins (Q4_K, Q5_K) then
 //     do acc = fnma(M_g, float(sum(a_q over g)), acc). The result is acc * a_scale. INT8 (one group over K) is
 //     (float(isum) * w_scale) * a_scale. Every group scale S_g and min M_g is computed exactly in fp32.
 //   - BF16: per lane, the odd and then the even product of each pair fused into the fp32 accumulator (the order

@@ -18,8 +18,9 @@
 
 namespace kt::cpu::impl {
 
-// The IQ4_NL / IQ4_XS code book plus 128: what the kernel feeds vpdpbusd as u.
+// The IQ4_NL / IQ4_XS code book plus 128: what the kernel feeds vpdpbusd as u; and as it is, for dot4s.
 inline constexpr uint8_t kIq4Unsigned[16] = {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241};
+inline constexpr int8_t kIq4Signed[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 template <PackedType T>
 struct Fmt;
@@ -93,9 +94,15 @@ struct Kernels {
 
     // ---- integer formats -----------------------------------------------------------------------------------
 
+    // Formats whose codes need the whole byte (INT8, Q8_0, IQ4_XS) on ISAs without VNNI: the kernel works with the
+    // signed weights and dot4s, which needs no activation-sum correction. Both forms give the exact integer sum.
+    template <PackedType T>
+    static constexpr bool kSigned = S::kSignedWideDot && Fmt<T>::kUMax > 127;
+
     template <PackedType T>
     static VI decode(const uint8_t *row, int part, const uint8_t *hb, int vi, VI table) {
         if constexpr (!Fmt<T>::kNibble) {
+            if constexpr (kSigned<T>) return S::loadu(row);
             return S::xor_(S::loadu(row), S::set1_8(static_cast<int8_t>(0x80)));
         } else {
             const VI x = S::loadu(row);
@@ -131,10 +138,12 @@ struct Kernels {
 
     // One block: rows [0, mr) x the kNV column vectors starting at panel column c0 of panel p, whole K.
     // kKpg: K steps of 4 per scale group (4, 8, 16, 32), or 0 for one group over the whole K (kInt8).
-    // pf: the panel to prefetch while this one is computed (tile (s, h) at pf + (s * 2 + h) * 1024), or nullptr.
+    // pf: the panel to prefetch while this one is computed (tile (s, h) at pf + (s * 2 + h) * 1024), or nullptr;
+    // only its tiles s in [pf_lo, pf_hi), so that a panel's row blocks share the prefetching of the next panel.
     template <PackedType T, int kKpg, int mr>
     static void int_block(const PackedMatrix &w, int64_t p, int c0, const int8_t *const *a, const int32_t *const *sums,
-                          const float *a_scale, float *const *c, int valid_cols, const uint8_t *pf) {
+                          const float *a_scale, float *const *c, int valid_cols, const uint8_t *pf, int64_t pf_lo,
+                          int64_t pf_hi) {
         constexpr int kParts = Fmt<T>::kNibble ? 2 : 1;
         constexpr int kRowsPerFlush = (kKpg == 0 || kKpg > 16) ? 16 : kKpg;
         constexpr int kUMax = Fmt<T>::kUMax;
@@ -147,7 +156,7 @@ struct Kernels {
         VI table = S::zero();
         if constexpr (T == PackedType::kIq4Xs) {
             alignas(64) uint8_t t[64];
-            for (int i = 0; i < 64; ++i) t[i] = kIq4Unsigned[i % 16];
+            for (int i = 0; i < 64; ++i) t[i] = kSigned<T> ? static_cast<uint8_t>(kIq4Signed[i % 16]) : kIq4Unsigned[i % 16];
             table = S::loadu(t);
         }
 
@@ -172,6 +181,8 @@ struct Kernels {
                     if constexpr (Fmt<T>::kMins) {
                         accf[m][v] = S::fmadd(S::cvt(isum(m, v)), scale, accf[m][v]);
                         accf[m][v] = S::fnmadd(min, S::fset1(static_cast<float>(sums[m][g])), accf[m][v]);
+                    } else if constexpr (kSigned<T>) {
+                        accf[m][v] = S::fmadd(S::cvt(isum(m, v)), scale, accf[m][v]);
                     } else {
                         accf[m][v] = S::fmadd(S::cvt(S::sub32(isum(m, v), S::set1_32(sums[m][g]))), scale, accf[m][v]);
                     }
@@ -186,9 +197,10 @@ struct Kernels {
             const uint8_t *tb[kNV];
             const uint8_t *hb[kNV] = {nullptr, nullptr};
             const uint8_t *pb[kNV] = {nullptr, nullptr};
+            const bool prefetching = pf && s >= pf_lo && s < pf_hi;
             for (int v = 0; v < kNV; ++v) {
                 tb[v] = w.tile(p, s, vp[v].half) + vp[v].byte_off;
-                if (pf) pb[v] = pf + (s * 2 + vp[v].half) * kTileBytes + vp[v].byte_off;
+                if (prefetching) pb[v] = pf + (s * 2 + vp[v].half) * kTileBytes + vp[v].byte_off;
                 const int64_t tile_index = (p * L.tiles_per_half + s) * 2 + vp[v].half;
                 if constexpr (T == PackedType::kQ5_K) hb[v] = w.data + L.hbits + tile_index * 256;
                 if constexpr (T == PackedType::kQ6_K) hb[v] = w.data + L.hbits + tile_index * 512;
@@ -203,7 +215,7 @@ struct Kernels {
                             const int64_t kappa = s * tile_k4 + part * 16 + r;
                             VI u[kNV];
                             for (int v = 0; v < kNV; ++v) {
-                                if (pf && (kW == 16 || vp[v].vi == 0)) S::prefetch(pb[v] + r * kTileRowBytes);
+                                if (prefetching && (kW == 16 || vp[v].vi == 0)) S::prefetch(pb[v] + r * kTileRowBytes);
                                 const uint8_t *row_hb = nullptr;
                                 if constexpr (T == PackedType::kQ5_K) row_hb = hb[v] + r * 16;
                                 if constexpr (T == PackedType::kQ6_K) row_hb = hb[v] + r * 32;
@@ -211,7 +223,9 @@ struct Kernels {
                             }
                             for (int m = 0; m < mr; ++m)
                                 for (int v = 0; v < kNV; ++v)
-                                    acci[m][v][j] = S::template dot4_bcst<kUMax, kKpg == 0>(acci[m][v][j], u[v], a[m] + 4 * kappa);
+                                    acci[m][v][j] = kSigned<T> ? S::dot4s(acci[m][v][j], u[v], S::bcst32(a[m] + 4 * kappa))
+                                                               : S::template dot4_bcst<kUMax, kKpg == 0>(
+                                                                     acci[m][v][j], u[v], a[m] + 4 * kappa);
                         }
                     }
                     if constexpr (kKpg != 0 && kKpg <= 16) {
@@ -234,7 +248,8 @@ struct Kernels {
                 VF out;
                 if constexpr (kKpg == 0) {  // kInt8: (float(isum) * w_scale) * a_scale
                     const VF wscale = S::loadf(reinterpret_cast<const float *>(w.data + L.colscale) + p * kPanel + vp[v].col);
-                    out = S::mul(S::mul(S::cvt(S::sub32(isum(m, v), S::set1_32(sums[m][0]))), wscale), as);
+                    const VI exact = kSigned<T> ? isum(m, v) : S::sub32(isum(m, v), S::set1_32(sums[m][0]));
+                    out = S::mul(S::mul(S::cvt(exact), wscale), as);
                 } else {
                     out = S::mul(accf[m][v], as);
                 }
@@ -264,10 +279,11 @@ struct Kernels {
                         sc[i] = a.scale[row];
                         cp[i] = c + (i0 + i) * ldc + (p * kPanel + c0 - n_begin);
                     }
-                    // The first row block of each panel prefetches the next panel (or the caller's next weights).
-                    const uint8_t *pf = nullptr;
-                    if (i0 == 0) pf = p + 1 < p_end ? w.tile(p + 1, 0, 0) : a.prefetch_next;
-                    dispatch_mr<T, kKpg>(mr, w, p, c0, ap, sp, sc, cp, valid, pf);
+                    // The row blocks of a panel prefetch the next panel (or the caller's next weights) between them,
+                    // each a share of its tiles, so the stream is spread over the panel's whole compute.
+                    const uint8_t *pf = p + 1 < p_end ? w.tile(p + 1, 0, 0) : a.prefetch_next;
+                    const int64_t blocks = (m + kMR - 1) / kMR, bi = i0 / kMR, tiles = w.layout.tiles_per_half;
+                    dispatch_mr<T, kKpg>(mr, w, p, c0, ap, sp, sc, cp, valid, pf, tiles * bi / blocks, tiles * (bi + 1) / blocks);
                 }
             }
         }
@@ -276,11 +292,11 @@ struct Kernels {
     template <PackedType T, int kKpg, int mr = kMR>
     static void dispatch_mr(int n, const PackedMatrix &w, int64_t p, int c0, const int8_t *const *a,
                             const int32_t *const *sums, const float *a_scale, float *const *c, int valid,
-                            const uint8_t *pf) {
+                            const uint8_t *pf, int64_t pf_lo, int64_t pf_hi) {
         if constexpr (mr > 1) {
-            if (n < mr) return dispatch_mr<T, kKpg, mr - 1>(n, w, p, c0, a, sums, a_scale, c, valid, pf);
+            if (n < mr) return dispatch_mr<T, kKpg, mr - 1>(n, w, p, c0, a, sums, a_scale, c, valid, pf, pf_lo, pf_hi);
         }
-        int_block<T, kKpg, mr>(w, p, c0, a, sums, a_scale, c, valid, pf);
+        int_block<T, kKpg, mr>(w, p, c0, a, sums, a_scale, c, valid, pf, pf_lo, pf_hi);
     }
 
     static void gemm_int(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t n_begin, int64_t n_end, float *c,
@@ -305,7 +321,7 @@ struct Kernels {
 
     template <int mr>
     static void bf16_block(const PackedMatrix &w, int64_t p, int c0, const uint16_t *const *a, float *const *c,
-                           int valid_cols, const uint8_t *pf) {
+                           int valid_cols, const uint8_t *pf, int64_t pf_lo, int64_t pf_hi) {
         const PackedLayout &L = w.layout;
         const VecPos vp[kNV] = {vec_pos(c0, 0), vec_pos(c0, 1)};
         // Two fp32 chains per output vector (even and odd K pairs), on every ISA, so that results stay the same bits
@@ -318,9 +334,10 @@ struct Kernels {
         for (int64_t s = 0; s < L.tiles_per_half; ++s) {
             const uint8_t *tb[kNV];
             const uint8_t *pb[kNV] = {nullptr, nullptr};
+            const bool prefetching = pf && s >= pf_lo && s < pf_hi;
             for (int v = 0; v < kNV; ++v) {
                 tb[v] = w.tile(p, s, vp[v].half) + vp[v].byte_off;
-                if (pf) pb[v] = pf + (s * 2 + vp[v].half) * kTileBytes + vp[v].byte_off;
+                if (prefetching) pb[v] = pf + (s * 2 + vp[v].half) * kTileBytes + vp[v].byte_off;
             }
             for (int r0 = 0; r0 < 16; r0 += kSplit) {
                 for (int j = 0; j < kSplit; ++j) {
@@ -328,7 +345,7 @@ struct Kernels {
                     const int64_t pair = s * 16 + r;
                     VI wv[kNV];
                     for (int v = 0; v < kNV; ++v) {
-                        if (pf && (kW == 16 || vp[v].vi == 0)) S::prefetch(pb[v] + r * kTileRowBytes);
+                        if (prefetching && (kW == 16 || vp[v].vi == 0)) S::prefetch(pb[v] + r * kTileRowBytes);
                         wv[v] = S::loadu(tb[v] + r * kTileRowBytes);
                     }
                     for (int m = 0; m < mr; ++m)
@@ -343,11 +360,11 @@ struct Kernels {
 
     template <int mr = kMR>
     static void dispatch_bf16(int n, const PackedMatrix &w, int64_t p, int c0, const uint16_t *const *a,
-                              float *const *c, int valid, const uint8_t *pf) {
+                              float *const *c, int valid, const uint8_t *pf, int64_t pf_lo, int64_t pf_hi) {
         if constexpr (mr > 1) {
-            if (n < mr) return dispatch_bf16<mr - 1>(n, w, p, c0, a, c, valid, pf);
+            if (n < mr) return dispatch_bf16<mr - 1>(n, w, p, c0, a, c, valid, pf, pf_lo, pf_hi);
         }
-        bf16_block<mr>(w, p, c0, a, c, valid, pf);
+        bf16_block<mr>(w, p, c0, a, c, valid, pf, pf_lo, pf_hi);
     }
 
     static void gemm_bf16(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t n_begin, int64_t n_end,
@@ -366,9 +383,9 @@ struct Kernels {
                         ap[i] = a.bf16 + row * a.bf16_ld;
                         cp[i] = c + (i0 + i) * ldc + (p * kPanel + c0 - n_begin);
                     }
-                    const uint8_t *pf = nullptr;
-                    if (i0 == 0) pf = p + 1 < p_end ? w.tile(p + 1, 0, 0) : a.prefetch_next;
-                    dispatch_bf16(mr, w, p, c0, ap, cp, valid, pf);
+                    const uint8_t *pf = p + 1 < p_end ? w.tile(p + 1, 0, 0) : a.prefetch_next;
+                    const int64_t blocks = (m + kMR - 1) / kMR, bi = i0 / kMR, tiles = w.layout.tiles_per_half;
+                    dispatch_bf16(mr, w, p, c0, ap, cp, valid, pf, tiles * bi / blocks, tiles * (bi + 1) / blocks);
                 }
             }
         }

@@ -1,5 +1,6 @@
 #include "backends/cpu/pack.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace kt::cpu {
@@ -58,24 +59,33 @@ void pack_row(const PackedLayout &L, int64_t p, int col, const RowFields &f, uin
         }
         return;
     }
+    // Four consecutive K values of a row are one 32-bit word of a tile row: handle them together.
     if (kind == TileKind::kInt8) {
-        for (int64_t i = 0; i < k; ++i) tile(i / 64)[((i % 64) / 4) * kTileRowBytes + 4 * j + (i % 4)] = f.codes[i];
+        for (int64_t i = 0; i < k; i += 4) {
+            uint8_t *dst4 = tile(i / 64) + ((i % 64) / 4) * kTileRowBytes + 4 * j;
+            const int64_t n = std::min<int64_t>(4, k - i);
+            std::memcpy(dst4, f.codes + i, static_cast<size_t>(n));
+        }
     } else {
-        for (int64_t i = 0; i < k; ++i) {
+        const bool offset8 = L.type == PackedType::kInt4 || L.type == PackedType::kQ4_0;
+        for (int64_t i = 0; i < k; i += 4) {
             const int64_t s = i / 128, kk = i % 128;
             const int part = static_cast<int>(kk / 64), r = static_cast<int>((kk % 64) / 4);
-            const int byte = 4 * j + static_cast<int>(kk % 4);
-            const uint8_t code = f.codes[i];
-            uint8_t nibble = code & 0x0F;
-            if (L.type == PackedType::kInt4 || L.type == PackedType::kQ4_0)
-                nibble = static_cast<uint8_t>((L.type == PackedType::kInt4 ? code : code - 8) & 0x0F);
-            tile(s)[r * kTileRowBytes + byte] |= static_cast<uint8_t>(part ? nibble << 4 : nibble);
-            if (L.type == PackedType::kQ5_K && (code & 0x10)) {
-                uint8_t *hb = dst + L.hbits + tile_index(s) * 256 + (r * 2 + part) * 8;
-                hb[byte / 8] |= static_cast<uint8_t>(1u << (byte % 8));
-            } else if (L.type == PackedType::kQ6_K) {
-                uint8_t *hb = dst + L.hbits + tile_index(s) * 512 + (r * 2 + part) * 16;
-                hb[byte % 16] |= static_cast<uint8_t>(((code >> 4) & 3) << (2 * (byte / 16)));
+            uint8_t *dst4 = tile(s) + r * kTileRowBytes + 4 * j;
+            const int64_t n = std::min<int64_t>(4, k - i);
+            for (int64_t b = 0; b < n; ++b) {
+                const uint8_t code = f.codes[i + b];
+                const int byte = 4 * j + static_cast<int>(b);
+                // INT4: the code's two's complement nibble; Q4_0: q - 8 the same way; the others: the low 4 bits.
+                const uint8_t nibble = static_cast<uint8_t>((offset8 && L.type == PackedType::kQ4_0 ? code - 8 : code) & 0x0F);
+                dst4[b] |= static_cast<uint8_t>(part ? nibble << 4 : nibble);
+                if (L.type == PackedType::kQ5_K && (code & 0x10)) {
+                    uint8_t *hb = dst + L.hbits + tile_index(s) * 256 + (r * 2 + part) * 8;
+                    hb[byte / 8] |= static_cast<uint8_t>(1u << (byte % 8));
+                } else if (L.type == PackedType::kQ6_K) {
+                    uint8_t *hb = dst + L.hbits + tile_index(s) * 512 + (r * 2 + part) * 16;
+                    hb[byte % 16] |= static_cast<uint8_t>(((code >> 4) & 3) << (2 * (byte / 16)));
+                }
             }
         }
     }

@@ -14,6 +14,7 @@ namespace kt::cpu::simd {
 struct Avx2 {
     static constexpr int kW = 8;
     static constexpr bool kLatencyBoundDot = false;  // the accumulation is a 1-cycle vpaddd
+    static constexpr bool kSignedWideDot = true;     // see Avx512::dot4s
     using VI = __m256i;
     using VF = __m256;
 
@@ -49,6 +50,12 @@ struct Avx2 {
             acc = _mm256_add_epi32(acc, _mm256_madd_epi16(u_even, s_even));
             return _mm256_add_epi32(acc, _mm256_madd_epi16(u_odd, s_odd));
         }
+    }
+
+    // See Avx512::dot4s: vpsignb puts w's sign on s (and zeroes it where w is 0, where the product is 0 anyway).
+    static VI dot4s(VI acc, VI w, VI s) {
+        const VI pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(s, w));
+        return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
     }
 
     static VI lut16(VI table, VI idx) { return _mm256_shuffle_epi8(table, idx); }

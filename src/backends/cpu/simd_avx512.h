@@ -18,6 +18,8 @@ struct Avx512 {
     // vpdpbusd accumulates into its destination: a chain of them runs at its latency (~5 cycles), not its
     // throughput (2 per cycle), unless about 10 independent chains are in flight.
     static constexpr bool kLatencyBoundDot = kVnni;
+    // Without VNNI, formats whose codes need the full byte (INT8, Q8_0, IQ4_XS) use dot4s on signed weights.
+    static constexpr bool kSignedWideDot = !kVnni;
     using VI = __m512i;
     using VF = __m512;
 
@@ -76,6 +78,16 @@ struct Avx512 {
         } else {
             return dot4<kUMax>(acc, u, bcst32(p));
         }
+    }
+
+    // acc + sum over the 4 bytes of each lane of w (signed) * s (signed activations in [-127, 127], which
+    // quantize_row guarantees), exact: |w| and s with w's sign as vpmaddubsw operands (|w| <= 128 is a valid u8,
+    // negating s cannot overflow, |products| <= 128 * 127 so two fit int16). 3 instructions per weight vector and
+    // token plus |w| once per weight vector, where the unsigned form of a full-byte code needs the 16-bit path's 7.
+    static VI dot4s(VI acc, VI w, VI s) {
+        const VI s_signed = _mm512_mask_sub_epi8(s, _mm512_movepi8_mask(w), _mm512_setzero_si512(), s);
+        const VI pairs = _mm512_maddubs_epi16(_mm512_abs_epi8(w), s_signed);
+        return _mm512_add_epi32(acc, _mm512_madd_epi16(pairs, _mm512_set1_epi16(1)));
     }
 
     // bytes 0..15 of each 128-bit lane of `table` indexed by the low 4 bits of idx (idx < 16)

@@ -18,6 +18,7 @@ namespace kt::cpu::simd {
 struct Scalar {
     static constexpr int kW = 16;
     static constexpr bool kLatencyBoundDot = false;
+    static constexpr bool kSignedWideDot = true;
     struct VI {
         uint8_t b[64];
         int32_t i32(int l) const {
@@ -89,6 +90,15 @@ struct Scalar {
         for (int l = 0; l < 16; ++l) {
             int32_t sum = acc.i32(l);
             for (int j = 0; j < 4; ++j) sum += static_cast<int32_t>(u.b[4 * l + j]) * static_cast<int8_t>(s.b[4 * l + j]);
+            r.set_i32(l, sum);
+        }
+        return r;
+    }
+    static VI dot4s(VI acc, VI w, VI s) {
+        VI r;
+        for (int l = 0; l < 16; ++l) {
+            int32_t sum = acc.i32(l);
+            for (int j = 0; j < 4; ++j) sum += static_cast<int8_t>(w.b[4 * l + j]) * static_cast<int8_t>(s.b[4 * l + j]);
             r.set_i32(l, sum);
         }
         return r;

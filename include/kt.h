@@ -408,7 +408,8 @@ KT_API kt_status kt_gguf_writer_expected_tensors(const kt_gguf_writer *writer, k
 
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Contexts: running a model. A context holds one token sequence (its KV cache), the logits of its last decode  */
-/* and a sampler. Architectures: llama (dense and Mixtral-style MoE), qwen2, qwen3, qwen2moe, qwen3moe.         */
+/* and a sampler. Architectures: llama (dense and Mixtral-style MoE), qwen2, qwen3, qwen2moe, qwen3moe,        */
+/* deepseek2 (MLA).                                                                                             */
 /*                                                                                                              */
 /* Thread-safety: a context is used by one thread at a time. Any number of contexts may share one kt_model; the */
 /* model must outlive them. The first context of a model prepares its weights for the kernels (binding every    */

@@ -1,7 +1,7 @@
 // Model architectures: hyperparameters, the weights each family has, and its forward pass.
 //
 // One file per family (llama.cpp's src/models/, gemma.cpp's configs): llama.cpp, qwen2.cpp, qwen3.cpp,
-// qwen2moe.cpp, qwen3moe.cpp. Each provides three things, registered in the explicit table in arch.cpp:
+// qwen2moe.cpp, qwen3moe.cpp, deepseek2.cpp. Each provides three things, registered in the explicit table in arch.cpp:
 //   read_hparams     the GGUF keys it needs, validated and bounded (reference/gguf-and-quants.md §3.2, §1.8);
 //   for_each_tensor  every tensor it uses, listed once (§3.3); the loader binds and checks them through this
 //                    table, and anything that plans memory (placement, offload) walks the same table;

@@ -70,6 +70,7 @@ typedef int32_t kt_status;
 #define KT_STATUS_CANCELLED 9         /* a callback asked to stop */
 #define KT_STATUS_MISUSE 10           /* the call is not allowed in the handle's current state */
 #define KT_STATUS_INTERNAL 11         /* a bug in kt; please report the message */
+#define KT_STATUS_CONTEXT_FULL 12     /* the tokens do not fit in the context's remaining positions */
 
 /* Fixed English text for a status code ("invalid file"); never NULL. */
 KT_API const char *kt_status_string(kt_status status);
@@ -377,6 +378,379 @@ KT_API kt_status kt_gguf_writer_add_tensor_fill(kt_gguf_writer *writer, const ch
  * text), KT_STATUS_CANCELLED (a fill callback returned non-zero), KT_STATUS_OUT_OF_MEMORY,
  * KT_STATUS_INVALID_ARGUMENT (NULL path). */
 KT_API kt_status kt_gguf_writer_write_file(kt_gguf_writer *writer, const char *path);
+
+/* The tensors kt needs for the model that the writer's metadata describes (general.architecture and its
+ * hyperparameters; <arch>.vocab_size gives the vocabulary size), listed from the architecture's own tensor table:
+ * what a program writing a model (a converter, kt-synth) must add. Tensors already added are not looked at. */
+
+#define KT_TENSOR_ROLE_EMBEDDING 0  /* token_embd: rows read by token id */
+#define KT_TENSOR_ROLE_VECTOR 1     /* norm weights, biases, gate vectors (kept in F32 by converters) */
+#define KT_TENSOR_ROLE_MATRIX 2     /* a projection, ne = {in, out} */
+#define KT_TENSOR_ROLE_EXPERTS 3    /* a stack of matrices, ne = {in, out, count}: experts (or per-head projections) */
+
+typedef struct kt_tensor_spec {
+    uint32_t struct_size;    /* sizeof(kt_tensor_spec) */
+    int32_t role;            /* KT_TENSOR_ROLE_* */
+    int32_t optional;        /* 1: kt runs the model without it (a bias, an untied output head, rope_freqs) */
+    int32_t n_dims;
+    int64_t ne[KT_MAX_DIMS]; /* GGML order; unused dims are 1 */
+    const char *name;        /* valid during the callback only */
+} kt_tensor_spec;
+
+/* Called once per tensor, in the order a converter would write them; return 0 to continue, non-zero to stop. */
+typedef int32_t (*kt_tensor_spec_callback)(const kt_tensor_spec *spec, void *user_data);
+
+/* Statuses: KT_STATUS_UNSUPPORTED (an architecture kt does not run), KT_STATUS_INVALID_FILE (a hyperparameter is
+ * missing or out of range; kt_gguf_writer_last_error names the key), KT_STATUS_CANCELLED (the callback stopped),
+ * KT_STATUS_INVALID_ARGUMENT (NULL writer or callback). */
+KT_API kt_status kt_gguf_writer_expected_tensors(const kt_gguf_writer *writer, kt_tensor_spec_callback callback,
+                                                 void *user_data);
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Contexts: running a model. A context holds one token sequence (its KV cache), the logits of its last decode  */
+/* and a sampler. Architectures: llama (dense and Mixtral-style MoE), qwen2, qwen3, qwen2moe, qwen3moe,        */
+/* deepseek2 (MLA).                                                                                             */
+/*                                                                                                              */
+/* Thread-safety: a context is used by one thread at a time. Any number of contexts may share one kt_model; the */
+/* model must outlive them. The first context of a model prepares its weights for the kernels (binding every    */
+/* tensor; with KT_KERNELS_AUTO, packing them into the expert engine's layout and starting one expert pool per  */
+/* MoE or dense FFN layer on that context's n_threads); later contexts reuse that work.                         */
+
+typedef struct kt_context kt_context;
+
+/* Polled between layers while a context decodes; return non-zero to cancel (the decode then returns
+ * KT_STATUS_CANCELLED and the sequence is as it was before the call). */
+typedef int32_t (*kt_abort_callback)(void *user_data);
+
+#define KT_KERNELS_AUTO 0       /* the expert engine's kernels for the best ISA this CPU allows: weights kept in their
+                                   GGUF format where a kernel reads it (Q4_0 Q8_0 Q4_K Q5_K Q6_K IQ4_XS BF16), F32/F16
+                                   as BF16, other formats as Q8_0; activations quantized to int8 per token */
+#define KT_KERNELS_REFERENCE 1  /* exact dequantization and f32 arithmetic everywhere: slow; for validation (it
+                                   reproduces llama.cpp's f32 logits to ~1e-6) */
+
+typedef struct kt_context_params {
+    uint32_t struct_size;       /* sizeof(kt_context_params) */
+    int32_t n_threads;          /* default 0: one per physical core */
+    int64_t n_ctx;              /* positions the KV cache holds; default 0: the model's training context, at most
+                                   4096 */
+    int64_t n_batch;            /* tokens per forward step when decoding many at once (prefill); default 512 */
+    int32_t kv_type;            /* KV cache element type: KT_TYPE_F16 (default), KT_TYPE_BF16, KT_TYPE_F32, or
+                                   KT_TYPE_Q8_0 (int8 with a scale per 32 values; head dims multiples of 32) */
+    int32_t kernels;            /* KT_KERNELS_AUTO (default) or KT_KERNELS_REFERENCE */
+    kt_abort_callback abort_callback;  /* default NULL */
+    void *abort_user_data;
+} kt_context_params;
+
+KT_API void kt_context_params_init(kt_context_params *params);
+
+/* Creates a context for `model` (params may be NULL for defaults). Fails with KT_STATUS_UNSUPPORTED for an
+ * architecture or tensor type kt cannot run, KT_STATUS_INVALID_FILE when a tensor the architecture needs is
+ * missing or has the wrong shape (the message names it), KT_STATUS_OUT_OF_MEMORY when the KV cache does not fit.
+ * On failure *out_context is NULL and `err` (if not NULL) receives the status and message. */
+KT_API kt_status kt_context_create(kt_model *model, const kt_context_params *params, kt_context **out_context,
+                                   kt_error *err);
+KT_API void kt_context_free(kt_context *context);
+
+/* The message of the last failed call on this context ("" if none); valid until the next call on it. */
+KT_API const char *kt_context_last_error(const kt_context *context);
+
+/* Sizes: vocabulary (logits per row), positions the context holds, positions used so far, threads it runs on. */
+KT_API int64_t kt_context_n_vocab(const kt_context *context);
+KT_API int32_t kt_context_n_threads(const kt_context *context);
+KT_API int64_t kt_context_n_ctx(const kt_context *context);
+KT_API int64_t kt_context_n_past(const kt_context *context);
+
+#define KT_LOGITS_NONE 0  /* keep no logits (e.g. a prompt you will extend before sampling) */
+#define KT_LOGITS_LAST 1  /* the last token's logits only (what sampling needs) */
+#define KT_LOGITS_ALL 2   /* one row per token of the call */
+
+/* Appends n_tokens token ids at positions kt_context_n_past(..) onward and runs them through the model, in
+ * steps of n_batch. Keeps the logits `logits_mode` asks for (read them with kt_context_logits). All or nothing:
+ * KT_STATUS_INVALID_ARGUMENT for an id outside the vocabulary (the message gives its index),
+ * KT_STATUS_CONTEXT_FULL when the tokens do not fit, KT_STATUS_CANCELLED from the abort callback; the sequence is
+ * then unchanged and no logits are kept. */
+KT_API kt_status kt_context_decode(kt_context *context, const int32_t *tokens, int64_t n_tokens, int32_t logits_mode);
+
+/* Row `row` of the logits the last decode kept (0 .. rows-1; -1 = the last row): n_vocab floats, valid until
+ * the next decode, reset or free on this context. *out_rows (may be NULL) receives how many rows there are.
+ * KT_STATUS_NOT_FOUND for a row out of range (also when none were kept). */
+KT_API kt_status kt_context_logits(kt_context *context, int64_t row, const float **out_logits, int64_t *out_rows);
+
+/* Forgets the sequence and its logits (the KV cache memory is kept for reuse). */
+KT_API void kt_context_reset(kt_context *context);
+
+/* ---- sampling ---- */
+
+typedef struct kt_sampler_params {
+    uint32_t struct_size;       /* sizeof(kt_sampler_params) */
+    float temperature;          /* default 0.8; <= 0: greedy (argmax after penalties) */
+    int32_t top_k;              /* default 40; <= 0: off */
+    float top_p;                /* default 0.95; >= 1: off */
+    float min_p;                /* default 0.05; <= 0: off */
+    float repeat_penalty;       /* default 1 (off); > 1 discourages tokens seen in the last repeat_last_n */
+    int32_t repeat_last_n;      /* default 64; -1: the whole sequence; window of all three penalties */
+    float presence_penalty;     /* default 0: subtracted once from the logit of every token in the window */
+    float frequency_penalty;    /* default 0: subtracted per occurrence in the window */
+    uint32_t reserved0;         /* must be 0 */
+    uint64_t seed;              /* default 0. The context's generator is seeded with it at the first sample after
+                                   create or reset, and whenever the seed changes: same seed, same calls, same
+                                   tokens, on every platform */
+} kt_sampler_params;
+
+KT_API void kt_sampler_params_init(kt_sampler_params *params);
+
+/* Chooses a token from the last logits row (penalties look at the tokens decoded so far), in llama.cpp's
+ * order: penalties, top-k, top-p, min-p, temperature, draw. `params` may be NULL for greedy.
+ * KT_STATUS_MISUSE when the last decode kept no logits. Does not decode the token. */
+KT_API kt_status kt_context_sample(kt_context *context, const kt_sampler_params *params, int32_t *out_token);
+
+/* ---- generation ---- */
+
+/* Called with each generated token as soon as it is decoded; return 0 to continue, non-zero to stop. */
+typedef int32_t (*kt_token_callback)(int32_t token, void *user_data);
+
+#define KT_STOP_MAX_TOKENS 0    /* max_tokens were generated */
+#define KT_STOP_TOKEN 1         /* a stop token was sampled (it is not decoded, reported or stored) */
+#define KT_STOP_CALLBACK 2      /* on_token returned non-zero */
+#define KT_STOP_CONTEXT_FULL 3  /* the context has no room for another token */
+
+typedef struct kt_generate_params {
+    uint32_t struct_size;              /* sizeof(kt_generate_params) */
+    int32_t reserved0;                 /* must be 0 */
+    int64_t max_tokens;                /* default 128 */
+    const int32_t *stop_tokens;        /* default NULL: e.g. the vocabulary's end-of-sequence ids */
+    int64_t n_stop_tokens;
+    const kt_sampler_params *sampler;  /* default NULL: greedy */
+    kt_token_callback on_token;        /* default NULL */
+    void *user_data;
+} kt_generate_params;
+
+KT_API void kt_generate_params_init(kt_generate_params *params);
+
+/* Decodes the prompt (n_prompt may be 0 to continue from the context's last logits), then samples, decodes and
+ * reports tokens until a stop condition. Every reported token has been decoded, so a later call continues the
+ * sequence. Generated tokens are also written to out_tokens (may be NULL) up to `capacity`; *out_n_tokens (may
+ * be NULL) receives how many were generated and *out_stop_reason (may be NULL) a KT_STOP_* code. Errors are
+ * those of kt_context_decode; tokens generated before an error stay in the sequence. */
+KT_API kt_status kt_context_generate(kt_context *context, const int32_t *prompt, int64_t n_prompt,
+                                     const kt_generate_params *params, int32_t *out_tokens, int64_t capacity,
+                                     int64_t *out_n_tokens, int32_t *out_stop_reason);
+
+/* ---- performance counters ---- */
+
+typedef struct kt_perf {
+    uint32_t struct_size;          /* set by the caller: sizeof(kt_perf) */
+    uint32_t reserved0;
+    int64_t n_prefill_tokens;      /* tokens of decode calls with more than one token */
+    double prefill_seconds;
+    int64_t n_decode_tokens;       /* single-token decode calls */
+    double decode_seconds;
+    /* Where the time of all decodes went: */
+    double attention_seconds;      /* attention blocks: norm, Q/K/V/O projections, RoPE, attention over the cache */
+    double experts_seconds;        /* MoE blocks: norm, router, routed and shared experts */
+    double dense_ffn_seconds;      /* dense feed-forward blocks: norm and SwiGLU */
+    double head_seconds;           /* final norm and output projection (logits) */
+    double other_seconds;          /* embedding lookup, residual adds, bookkeeping */
+} kt_perf;
+
+/* Fills *out_perf (struct_size set by the caller) with the counters accumulated since create or perf_reset. */
+KT_API kt_status kt_context_perf(const kt_context *context, kt_perf *out_perf);
+KT_API void kt_context_perf_reset(kt_context *context);
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* The machine's roofline, for benchmarks: memory read bandwidth and int8 dot-product peak, measured now with   */
+/* the given threads, so that results can be stated as a fraction of what the machine does at this moment.      */
+
+typedef struct kt_roofline {
+    uint32_t struct_size;       /* set by the caller: sizeof(kt_roofline) */
+    int32_t n_threads;          /* threads that ran the probes (one per physical core when 0 was asked for) */
+    uint64_t buffer_bytes;      /* bytes streamed per bandwidth pass */
+    double read_bytes_per_s;    /* best pass of every thread summing its own slice of the buffer */
+    double int8_ops_per_s;      /* best of independent int8 dot instructions on every thread; 2 ops per
+                                   multiply-add */
+    char int8_isa[16];          /* the instruction measured: "avx512-vnni", "avx-vnni", "avx2" or "scalar" (AMX
+                                   tiles are not measured) */
+} kt_roofline;
+
+/* Measures the roofline with n_threads (0: one per physical core, pinned as contexts pin theirs). buffer_bytes:
+ * the bandwidth buffer, several times the last-level cache (0: 1 GiB). Takes about a second; allocates and frees
+ * the buffer. */
+KT_API kt_status kt_measure_roofline(int32_t n_threads, uint64_t buffer_bytes, kt_roofline *out);
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* CPU instruction sets. kt picks kernels by what the CPU and OS allow (CPUID, XCR0, and for AMX the tile palette  */
+/* and Linux's permission), so one libkt runs on any x86-64 CPU; a missing ISA means a slower path, never SIGILL. */
+
+#define KT_ISA_SCALAR 0  /* portable C++ */
+#define KT_ISA_AVX2 1    /* AVX2 + FMA + F16C */
+#define KT_ISA_AVX512 2  /* AVX-512 F/BW/DQ/VL; VNNI and AVX512-BF16 used when present, emulated exactly otherwise */
+#define KT_ISA_AMX 3     /* AMX tiles (int8, bf16) on top of AVX-512 */
+
+/* Caps the instruction set of kernels chosen from now on, process-wide. The environment variable KT_MAX_ISA
+ * ("scalar", "avx2", "avx512" or "amx") sets the initial cap. Expert pools keep the kernels they chose when they
+ * were created. KT_STATUS_INVALID_ARGUMENT for an unknown level. Thread-safe. */
+KT_API kt_status kt_set_max_isa(int32_t level);
+/* The level kernels use now (the host's best, capped), and the host's best ignoring the cap. Thread-safe. */
+KT_API int32_t kt_get_isa(void);
+KT_API int32_t kt_get_host_isa(void);
+/* "scalar", "avx2", "avx512", "amx"; NULL for an unknown level. Static storage. */
+KT_API const char *kt_isa_name(int32_t level);
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Expert pools: the routed experts of one MoE layer, computed on the CPU.                                       */
+/*                                                                                                               */
+/* A host engine (which may keep attention and the router on its GPU) passes the hidden states of T tokens with  */
+/* their top-k expert ids and routing weights; the pool computes, for every token,                               */
+/*     out[t] = sum over its k slots with id != -1 and the expert not masked of                                  */
+/*              weight * W_down[id] . swiglu(W_gate[id] . x[t], W_up[id] . x[t])                                  */
+/* (swiglu(g, u) = silu(g) * u, see the params for the clamped and alpha variants), into the caller's output or   */
+/* added to it. Weights: W_gate, W_up [n_experts][intermediate][hidden], W_down [n_experts][hidden][intermediate]. */
+/* Numerics: with integer weight formats, each token's activations are quantized to int8 once per call (scale    */
+/* per token) and so is each intermediate row for the down projection; accumulation is exact in int32 per scale  */
+/* group and fp32 above it. BF16 weights use bf16 activations with fp32 accumulation.                            */
+/*                                                                                                               */
+/* Threads and NUMA: pools run on worker threads (by default one per physical core, pinned), grouped by NUMA node, */
+/* shared by all pools created with the same thread settings (see private_threads); each expert's intermediate    */
+/* dimension is split across the nodes used, each node holding its part of the weights in its own memory. Idle    */
+/* workers sleep (they spin briefly after each call first).                                                       */
+/*                                                                                                               */
+/* Thread safety: every function may be called from any thread; calls on one pool are serialized internally, so  */
+/* submissions from several threads are queued in the order the calls acquire the pool. kt_expert_pool_wait does */
+/* not block submissions. kt_expert_pool_free must not race with other calls on the same pool.                  */
+
+typedef struct kt_expert_pool kt_expert_pool;
+
+/* Weight formats. */
+#define KT_EXPERT_WEIGHTS_AS_SOURCE 0 /* keep the source's quantization: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS and BF16
+                                          are computed as stored; other GGUF types become Q8_0, F32/F16 become BF16 */
+#define KT_EXPERT_WEIGHTS_INT8 1      /* int8, one scale per output channel */
+#define KT_EXPERT_WEIGHTS_INT4 2      /* int4, one scale per group of int4_group_size values along the input */
+#define KT_EXPERT_WEIGHTS_BF16 3
+
+/* NUMA policies. */
+#define KT_NUMA_AUTO 0   /* every node that has usable cores: one worker group and one shard per node */
+#define KT_NUMA_OFF 1    /* one group, memory placed by the OS */
+#define KT_NUMA_NODES 2  /* the nodes listed in numa_nodes (hwloc logical indexes) */
+
+typedef struct kt_expert_pool_params {
+    uint32_t struct_size;       /* sizeof(kt_expert_pool_params) */
+    int32_t n_experts;          /* E >= 1 (required) */
+    int32_t hidden_size;        /* H >= 1 (required) */
+    int32_t intermediate_size;  /* I >= 1 (required) */
+    int32_t max_tokens;         /* most tokens per call; scratch is sized for it. Default 512 */
+    int32_t max_top_k;          /* most experts per token. Default 8 */
+    int32_t weight_format;      /* KT_EXPERT_WEIGHTS_*. Default AS_SOURCE */
+    int32_t int4_group_size;    /* 32, 64 or 128 (INT4 only). Default 128 */
+    int32_t input_type;         /* KT_TYPE_F32 (default) or KT_TYPE_BF16 */
+    int32_t output_type;        /* KT_TYPE_F32 (default) or KT_TYPE_BF16 */
+    int32_t n_threads;          /* 0 (default): one per physical core of the nodes used */
+    int32_t numa_policy;        /* KT_NUMA_*. Default AUTO */
+    int32_t n_numa_nodes;       /* KT_NUMA_NODES: entries in numa_nodes */
+    const int32_t *numa_nodes;  /* copied at creation; may be NULL otherwise */
+    float swiglu_limit;         /* > 0: gate = min(gate, limit), up = clamp(up, -limit, limit) first. Default 0 */
+    float swiglu_alpha;         /* > 0: gate * sigmoid(alpha * gate) * (up + 1) instead of silu(gate) * up. Default 0 */
+    int32_t max_in_flight;      /* jobs kt_expert_pool_submit may queue before it blocks. Default 4 */
+    int32_t spin_microseconds;  /* how long idle workers spin before sleeping. Default 100 */
+    int32_t private_threads;    /* 0 (default): pools with equal n_threads, numa and spin settings share one set of
+                                   worker threads, one job queue (FIFO across those pools) and one scratch memory, as
+                                   the layers of a model should; 1: this pool gets its own */
+} kt_expert_pool_params;
+
+/* Fills *params with struct_size and the defaults above (the three sizes are 0 and must be set). */
+KT_API void kt_expert_pool_params_init(kt_expert_pool_params *params);
+
+/* Creates a pool and starts its threads. Weights are loaded separately. On failure *out_pool is NULL and `err`
+ * (if not NULL) gets the status and message: KT_STATUS_INVALID_ARGUMENT for bad params, OUT_OF_MEMORY when
+ * threads cannot start. */
+KT_API kt_status kt_expert_pool_create(const kt_expert_pool_params *params, kt_expert_pool **out_pool, kt_error *err);
+/* Waits for queued jobs, stops the threads and frees everything. NULL is a no-op. */
+KT_API void kt_expert_pool_free(kt_expert_pool *pool);
+/* The message of the last failed call on this pool ("" if none); valid until the next failing call or free. */
+KT_API const char *kt_expert_pool_last_error(const kt_expert_pool *pool);
+
+/* Loads blk.<layer>.ffn_gate_exps.weight, ffn_up_exps and ffn_down_exps from a model (any tensor type kt reads),
+ * packing them per the pool's weight format; the model may be freed afterwards. Waits for queued jobs first and
+ * replaces earlier weights. KT_STATUS_NOT_FOUND for a missing tensor, INVALID_ARGUMENT for shapes that do not
+ * match the pool, OUT_OF_MEMORY. */
+KT_API kt_status kt_expert_pool_load_model(kt_expert_pool *pool, const kt_model *model, int32_t layer);
+
+/* Weights in caller memory, row-major: gate and up [n_experts][intermediate][hidden], down
+ * [n_experts][hidden][intermediate], each of any KT_TYPE_* kt reads (F32, F16, BF16 or a GGUF block type whose
+ * block divides the row). The buffers are only read during the call. */
+typedef struct kt_expert_weights {
+    uint32_t struct_size;  /* sizeof(kt_expert_weights) */
+    int32_t gate_type;
+    int32_t up_type;
+    int32_t down_type;
+    const void *gate;
+    const void *up;
+    const void *down;
+} kt_expert_weights;
+
+/* As kt_expert_pool_load_model, from caller buffers. KT_STATUS_UNSUPPORTED for a type kt cannot read. */
+KT_API kt_status kt_expert_pool_load(kt_expert_pool *pool, const kt_expert_weights *weights);
+
+/* Loads experts [first_expert, first_expert + n_experts) only: `weights` point at those experts' rows (gate and
+ * up [n_experts][intermediate][hidden], down [n_experts][hidden][intermediate]). Lets a host convert a layer expert
+ * by expert instead of holding all of it unconverted. If the pool holds weights of the same packed types, only
+ * these experts are replaced; otherwise (or when n_experts covers all) the pool starts over and experts not loaded
+ * since hold zeros (they add nothing). Same statuses as kt_expert_pool_load, INVALID_ARGUMENT for a bad range. */
+KT_API kt_status kt_expert_pool_load_experts(kt_expert_pool *pool, const kt_expert_weights *weights,
+                                             int32_t first_expert, int32_t n_experts);
+
+/* mask[e] != 0 marks expert e as computed elsewhere (e.g. on the host's GPU): the pool skips it. The mask is
+ * copied and applies to jobs submitted afterwards; NULL clears it. n_experts must equal the pool's. */
+KT_API kt_status kt_expert_pool_set_mask(kt_expert_pool *pool, const uint8_t *mask, int32_t n_experts);
+
+/* One call. input and output are [n_tokens][hidden] of the pool's input/output types; expert_ids and
+ * expert_weights are [n_tokens][top_k]; id -1 means "no expert". */
+typedef struct kt_expert_forward {
+    uint32_t struct_size;          /* sizeof(kt_expert_forward) */
+    int32_t n_tokens;              /* 0..max_tokens (0: nothing to do) */
+    int32_t top_k;                 /* 1..max_top_k */
+    int32_t ids_type;              /* KT_TYPE_I32 (default) or KT_TYPE_I64 */
+    int32_t accumulate;            /* non-zero: add to output instead of overwriting it (default 0) */
+    int32_t reserved0;             /* must be 0 */
+    const void *input;
+    const void *expert_ids;
+    const float *expert_weights;
+    void *output;
+} kt_expert_forward;
+
+/* Fills *args with struct_size and defaults (pointers NULL, counts 0). */
+KT_API void kt_expert_forward_init(kt_expert_forward *args);
+
+/* Computes one call synchronously (after any queued jobs). KT_STATUS_MISUSE before weights are loaded,
+ * INVALID_ARGUMENT for bad counts, NULL pointers or an id outside [-1, n_experts). */
+KT_API kt_status kt_expert_pool_forward(kt_expert_pool *pool, const kt_expert_forward *args);
+
+/* Queues one call and returns once it is queued (blocking while max_in_flight jobs are pending); jobs run in
+ * submission order. The arguments are checked now (same statuses as forward); the buffers they point to must stay
+ * valid, and output untouched by the caller, until the job is waited for. *out_ticket (may be NULL) numbers the
+ * job, from 1. */
+KT_API kt_status kt_expert_pool_submit(kt_expert_pool *pool, const kt_expert_forward *args, uint64_t *out_ticket);
+
+/* Waits until job `ticket` and every job before it have finished (0: all submitted jobs). Returns the first
+ * failure among jobs finished since the previous wait, if any. KT_STATUS_INVALID_ARGUMENT for a ticket that was
+ * never issued. */
+KT_API kt_status kt_expert_pool_wait(kt_expert_pool *pool, uint64_t ticket);
+
+/* What a pool chose and loaded. Strings are static or owned by the pool (valid until the next load or free). */
+typedef struct kt_expert_pool_info {
+    uint32_t struct_size;        /* set by the caller: sizeof(kt_expert_pool_info) */
+    int32_t isa;                 /* KT_ISA_* of the kernels */
+    int32_t n_threads;
+    int32_t n_numa_groups;       /* worker groups = shards of the intermediate dimension */
+    int32_t loaded;              /* 1 once weights are loaded */
+    uint64_t weight_bytes;       /* packed weights, all experts */
+    uint64_t expert_bytes;       /* packed weights of one expert (gate + up + down) */
+    double load_seconds;
+    const char *kernels;         /* e.g. "avx512-vnni-bf16" */
+    const char *weight_formats;  /* e.g. "gate Q4_K, up Q4_K, down Q6_K" */
+    const char *description;     /* one line: groups, nodes, threads, shards, memory placement */
+} kt_expert_pool_info;
+
+KT_API kt_status kt_expert_pool_get_info(const kt_expert_pool *pool, kt_expert_pool_info *out_info);
 
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Tokenizer: text to token ids and back with the model's own vocabulary (the GGUF tokenizer.ggml.* keys).       */

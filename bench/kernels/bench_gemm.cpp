@@ -1,0 +1,203 @@
+// Google Benchmark micro-benchmarks of the expert GEMM kernels, one thread, every kernel set this host runs:
+//   BM_gemm_cached  weights of 64 x 2048 (L2-resident): the kernels' compute rate per format and M (tokens);
+//                   counter GOPS = 2 M N K per second / 1e9.
+//   BM_gemv_stream  one token against 256 MiB of weights: the streaming rate of the decode path; counter GBS =
+//                   packed weight bytes per second / 1e9.
+//   BM_gemm_stream  16 or 64 tokens against 256 MiB of weights in 256-column calls (an expert pool task): the
+//                   prefill rate when weights come from memory; counter GOPS.
+// Use --benchmark_repetitions and the min aggregate on a busy machine (preemption only ever adds time).
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_features.h"
+#include "backends/cpu/kernels.h"
+#include "core/fp16.h"
+#include "mem/numa_buffer.h"
+#include "moe/weights.h"
+#include "ops/types.h"
+#include "roofline.h"
+
+namespace {
+
+using namespace kt;
+
+struct Fmt {
+    const char *name;
+    int32_t src_type;
+    moe::TargetFormat target;
+    int32_t group;
+};
+const Fmt kFmts[] = {
+    {"INT8", KT_TYPE_BF16, moe::TargetFormat::kInt8, 0},  {"INT4g128", KT_TYPE_BF16, moe::TargetFormat::kInt4, 128},
+    {"BF16", KT_TYPE_BF16, moe::TargetFormat::kAsSource, 0}, {"Q4_K", KT_TYPE_Q4_K, moe::TargetFormat::kAsSource, 0},
+    {"Q8_0", KT_TYPE_Q8_0, moe::TargetFormat::kAsSource, 0}, {"Q6_K", KT_TYPE_Q6_K, moe::TargetFormat::kAsSource, 0},
+};
+
+std::vector<uint8_t> random_source(int32_t type, int64_t rows, int64_t cols) {
+    const ops::TypeTraits *t = ops::type_traits(type);
+    std::vector<uint8_t> v(static_cast<size_t>(ops::row_bytes(*t, cols) * rows));
+    std::mt19937_64 rng(7);
+    for (uint8_t &b : v) b = static_cast<uint8_t>(rng());
+    if (type == KT_TYPE_BF16) {
+        for (size_t i = 0; i + 1 < v.size(); i += 2) {
+            const uint16_t b = f32_to_bf16(static_cast<float>(static_cast<int>(rng() % 2001) - 1000) * 1e-4f);
+            std::memcpy(&v[i], &b, 2);
+        }
+        return v;
+    }
+    const uint16_t d = f32_to_fp16(0.001f);
+    for (size_t off = 0; off + static_cast<size_t>(t->block_bytes) <= v.size(); off += static_cast<size_t>(t->block_bytes)) {
+        if (type == KT_TYPE_Q6_K)
+            std::memcpy(&v[off + t->block_bytes - 2], &d, 2);
+        else
+            std::memcpy(&v[off], &d, 2);
+        if (type == KT_TYPE_Q4_K) std::memcpy(&v[off + 2], &d, 2);
+    }
+    return v;
+}
+
+struct Packed {
+    mem::NumaBuffer buf;
+    cpu::PackedMatrix w;
+};
+
+Packed pack(const Fmt &f, int64_t n, int64_t k) {
+    const std::vector<uint8_t> src_bytes = random_source(f.src_type, n, k);
+    moe::MatrixSource src;
+    (void)moe::make_source(f.src_type, src_bytes.data(), n, k, &src);
+    moe::PackSpec spec;
+    (void)moe::pack_spec_for(src, f.target, f.group, &spec);
+    Packed p;
+    (void)moe::slice_layout(src, spec, 0, n, 0, k, &p.w.layout);
+    (void)mem::NumaBuffer::allocate(p.w.layout.bytes, nullptr, -1, &p.buf);
+    (void)moe::pack_slice(src, spec, 0, 0, p.w.layout, 0, p.w.layout.panels, p.buf.as<uint8_t>());
+    p.w.data = p.buf.as<uint8_t>();
+    return p;
+}
+
+struct Acts {
+    std::vector<int8_t> q;
+    std::vector<float> scale;
+    std::vector<int32_t> sums;
+    std::vector<uint16_t> bf16;
+    cpu::GemmActs a;
+};
+
+Acts acts_for(const cpu::KernelSet &ks, const cpu::PackedLayout &l, int64_t m) {
+    Acts r;
+    std::mt19937_64 rng(3);
+    std::normal_distribution<float> normal;
+    std::vector<float> x(static_cast<size_t>(l.k));
+    if (l.type == cpu::PackedType::kBf16) {
+        r.bf16.resize(static_cast<size_t>(m * l.kp));
+        for (int64_t i = 0; i < m; ++i) {
+            for (float &v : x) v = normal(rng);
+            ks.convert_row_bf16(x.data(), false, l.k, l.kp, r.bf16.data() + i * l.kp);
+        }
+        r.a.bf16 = r.bf16.data();
+        r.a.bf16_ld = l.kp;
+        return r;
+    }
+    const cpu::QuantSpec qs = cpu::quant_spec(l);
+    const int64_t ns = cpu::quant_sums_per_row(qs, l.k);
+    r.q.resize(static_cast<size_t>(m * l.kp));
+    r.scale.resize(static_cast<size_t>(m));
+    r.sums.resize(static_cast<size_t>(m * ns));
+    for (int64_t i = 0; i < m; ++i) {
+        for (float &v : x) v = normal(rng);
+        r.scale[static_cast<size_t>(i)] = ks.quantize_row(x.data(), false, l.k, l.kp, r.q.data() + i * l.kp);
+        cpu::group_sums_row(r.q.data() + i * l.kp, l.k, qs, r.sums.data() + i * ns);
+    }
+    r.a.q = r.q.data();
+    r.a.q_ld = l.kp;
+    r.a.scale = r.scale.data();
+    r.a.sums = r.sums.data();
+    r.a.sums_ld = ns;
+    return r;
+}
+
+void BM_gemm_cached(benchmark::State &state, const cpu::KernelSet *ks, Fmt f) {
+    const int64_t m = state.range(0), n = 64, k = 2048;
+    Packed p = pack(f, n, k);
+    Acts a = acts_for(*ks, p.w.layout, m);
+    std::vector<float> c(static_cast<size_t>(m * n));
+    for (auto _ : state) {
+        cpu::gemm(*ks, p.w, a.a, m, 0, n, c.data(), n);
+        benchmark::DoNotOptimize(c.data());
+    }
+    state.counters["GOPS"] = benchmark::Counter(2.0 * static_cast<double>(m * n * k) * static_cast<double>(state.iterations()) / 1e9,
+                                                benchmark::Counter::kIsRate);
+}
+
+void BM_gemv_stream(benchmark::State &state, const cpu::KernelSet *ks, Fmt f) {
+    const int64_t k = 2048, n = (int64_t{256} << 20) / k;  // ~256 MiB at one byte per weight
+    Packed p = pack(f, n, k);
+    Acts a = acts_for(*ks, p.w.layout, 1);
+    std::vector<float> c(static_cast<size_t>(n));
+    for (auto _ : state) {
+        cpu::gemm(*ks, p.w, a.a, 1, 0, n, c.data(), n);
+        benchmark::DoNotOptimize(c.data());
+    }
+    state.counters["GBS"] = benchmark::Counter(static_cast<double>(p.w.layout.bytes) * static_cast<double>(state.iterations()) / 1e9,
+                                               benchmark::Counter::kIsRate);
+}
+
+// Prefill-sized GEMMs (M tokens) over 256 MiB of weights: the compute rate when weights stream from memory.
+void BM_gemm_stream(benchmark::State &state, const cpu::KernelSet *ks, Fmt f) {
+    const int64_t m = state.range(0), k = 2048, n = (int64_t{256} << 20) / k;
+    Packed p = pack(f, n, k);
+    Acts a = acts_for(*ks, p.w.layout, m);
+    const int64_t chunk = 256;  // columns per call, as an expert pool task
+    std::vector<float> c(static_cast<size_t>(m * chunk));
+    for (auto _ : state) {
+        for (int64_t n0 = 0; n0 < n; n0 += chunk) {
+            cpu::gemm(*ks, p.w, a.a, m, n0, std::min(n, n0 + chunk), c.data(), chunk);
+            benchmark::DoNotOptimize(c.data());
+        }
+    }
+    state.counters["GOPS"] = benchmark::Counter(2.0 * static_cast<double>(m * n * k) * static_cast<double>(state.iterations()) / 1e9,
+                                                benchmark::Counter::kIsRate);
+}
+
+// The single-core dot-product peaks the GEMM rates compare to (the roofline loops of kt-expert-bench).
+void BM_peak(benchmark::State &state, uint64_t (*loop)(int64_t), double ops_per_iteration) {
+    const int64_t iterations = 100000;
+    for (auto _ : state) benchmark::DoNotOptimize(loop(iterations));
+    state.counters["GOPS"] = benchmark::Counter(ops_per_iteration * static_cast<double>(iterations) *
+                                                    static_cast<double>(state.iterations()) / 1e9,
+                                                benchmark::Counter::kIsRate);
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    const cpu::CpuFeatures &cf = cpu::host_cpu_features();
+    if (cpu::host_isa_level() >= cpu::IsaLevel::kAvx512) {
+        if (cf.avx512_vnni) benchmark::RegisterBenchmark("BM_peak/int8/vpdpbusd_zmm", BM_peak, bench::dot_vnni512, 16.0 * 128);
+        benchmark::RegisterBenchmark("BM_peak/int8/maddubs_zmm", BM_peak, bench::dot_maddubs512, 16.0 * 128);
+        if (cf.avx512_bf16) benchmark::RegisterBenchmark("BM_peak/bf16/vdpbf16ps_zmm", BM_peak, bench::dot_bf16_512, 16.0 * 64);
+        benchmark::RegisterBenchmark("BM_peak/f32/vfmadd_zmm", BM_peak, bench::fma512, 16.0 * 32);
+    }
+    const cpu::KernelSet *sets[16];
+    const int n = cpu::supported_kernel_sets(sets, 16);
+    for (int i = 0; i < n; ++i) {
+        if (sets[i]->level == cpu::IsaLevel::kScalar) continue;  // correct, not fast: not worth timing
+        for (const Fmt &f : kFmts) {
+            const std::string tag = std::string(f.name) + "/" + sets[i]->name;
+            benchmark::RegisterBenchmark(("BM_gemm_cached/" + tag).c_str(), BM_gemm_cached, sets[i], f)
+                ->Arg(1)->Arg(4)->Arg(16)->Arg(64);
+            benchmark::RegisterBenchmark(("BM_gemv_stream/" + tag).c_str(), BM_gemv_stream, sets[i], f)
+                ->Unit(benchmark::kMillisecond);
+            benchmark::RegisterBenchmark(("BM_gemm_stream/" + tag).c_str(), BM_gemm_stream, sets[i], f)
+                ->Arg(16)->Arg(64)->Unit(benchmark::kMillisecond);
+        }
+    }
+    benchmark::Initialize(&argc, argv);
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}

@@ -1,0 +1,23 @@
+// AVX2 + FMA + F16C level (compiled with -mavx2 -mfma -mf16c; called only when cpu_features reports them).
+// 8 lanes: a microkernel covers half a panel (16 columns) and 2 rows, which keeps the 4 int32 and 4 fp32
+// accumulators plus the decode temporaries inside the 16 ymm registers.
+#include "backends/cpu/kernels_detail.h"
+#include "backends/cpu/kernels_impl.h"
+#include "backends/cpu/simd_avx2.h"
+
+namespace kt::cpu::detail {
+
+void fill_avx2(KernelSet *ks) {
+    using K = impl::Kernels<simd::Avx2, 2>;
+    ks->gemm_int = &K::gemm_int;
+    ks->gemm_bf16 = &K::gemm_bf16;
+    ks->quantize_row = &K::quantize_row;
+    ks->row_amax = &K::row_amax;
+    ks->quantize_row_amax = &K::quantize_row_amax;
+    ks->convert_row_bf16 = &K::convert_row_bf16;
+    ks->swiglu_row = &K::swiglu_row;
+    ks->axpy_row = &K::axpy_row;
+    ks->merge_row = &K::merge_row;
+}
+
+}  // namespace kt::cpu::detail

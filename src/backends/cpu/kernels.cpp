@@ -1,0 +1,138 @@
+#include "backends/cpu/kernels.h"
+
+#include <atomic>
+#include <mutex>
+
+#include "backends/cpu/amx/amx_gemm.h"
+#include "backends/cpu/kernels_detail.h"
+
+namespace kt::cpu {
+
+QuantSpec quant_spec(const PackedLayout &layout) {
+    const PackedTypeInfo &info = packed_type_info(layout.type);
+    QuantSpec spec;
+    spec.group = layout.type == PackedType::kInt8 ? 0 : layout.group;
+    spec.multiplier = info.has_mins ? 1 : info.u_offset;
+    return spec;
+}
+
+int64_t quant_sums_per_row(const QuantSpec &spec, int64_t k) {
+    return spec.group == 0 ? 1 : (k + spec.group - 1) / spec.group;
+}
+
+void group_sums_row(const int8_t *q, int64_t k, const QuantSpec &spec, int32_t *sums) {
+    const int64_t group = spec.group == 0 ? k : spec.group;
+    for (int64_t g = 0, begin = 0; begin < k; ++g, begin += group) {
+        const int64_t end = begin + group < k ? begin + group : k;
+        int32_t s = 0;
+        for (int64_t i = begin; i < end; ++i) s += q[i];
+        sums[g] = s * spec.multiplier;
+    }
+}
+
+namespace {
+
+enum SetIndex { kScalarSet, kAvx2Set, kAvx512Set, kAvx512VnniSet, kAvx512Bf16Set, kAvx512VnniBf16Set, kAmxSet, kSetCount };
+
+struct Sets {
+    KernelSet sets[kSetCount];
+    bool available[kSetCount] = {};
+};
+
+const Sets &all_sets() {
+    static const Sets s = [] {
+        Sets r;
+        const CpuFeatures &f = host_cpu_features();
+        const IsaLevel host = host_isa_level();
+        auto make = [&](SetIndex i, const char *name, IsaLevel level, bool vnni, bool bf16) {
+            KernelSet &ks = r.sets[i];
+            ks.name = name;
+            ks.level = level;
+            ks.vnni = vnni;
+            ks.bf16 = bf16;
+        };
+        make(kScalarSet, "scalar", IsaLevel::kScalar, false, false);
+        detail::fill_scalar(&r.sets[kScalarSet]);
+        r.available[kScalarSet] = true;
+
+        make(kAvx2Set, "avx2", IsaLevel::kAvx2, false, false);
+        detail::fill_scalar(&r.sets[kAvx2Set]);  // placeholders until the host is known to run AVX2
+        if (static_cast<int>(host) >= static_cast<int>(IsaLevel::kAvx2)) {
+            detail::fill_avx2(&r.sets[kAvx2Set]);
+            r.available[kAvx2Set] = true;
+        }
+
+        const bool avx512 = static_cast<int>(host) >= static_cast<int>(IsaLevel::kAvx512);
+        const char *names[4] = {"avx512", "avx512-vnni", "avx512-bf16", "avx512-vnni-bf16"};
+        for (int v = 0; v < 4; ++v) {
+            const bool vnni = v & 1, bf16 = v & 2;
+            const SetIndex i = static_cast<SetIndex>(kAvx512Set + v);
+            make(i, names[v], IsaLevel::kAvx512, vnni, bf16);
+            detail::fill_scalar(&r.sets[i]);
+            if (!avx512 || (vnni && !f.avx512_vnni) || (bf16 && !f.avx512_bf16)) continue;
+            detail::fill_avx512(&r.sets[i]);
+            if (vnni) r.sets[i].gemm_int = detail::gemm_int_avx512_vnni();
+            if (bf16) r.sets[i].gemm_bf16 = detail::gemm_bf16_avx512_bf16();
+            r.available[i] = true;
+        }
+
+        // AMX over the host's best AVX-512 set. Built whenever AVX-512 is there: whether AMX code may run is
+        // decided per call (amx::available(): the CPU's AMX, or a test's tile machine).
+        make(kAmxSet, "amx", IsaLevel::kAmx, f.avx512_vnni, f.avx512_bf16);
+        detail::fill_scalar(&r.sets[kAmxSet]);
+        if (avx512) {
+            const SetIndex base = static_cast<SetIndex>(kAvx512Set + (f.avx512_vnni ? 1 : 0) + (f.avx512_bf16 ? 2 : 0));
+            detail::fill_amx(r.sets[base], &r.sets[kAmxSet]);
+            r.available[kAmxSet] = true;
+        }
+        return r;
+    }();
+    return s;
+}
+
+std::atomic<uint32_t> g_disabled{0};
+
+}  // namespace
+
+const KernelSet *kernel_set(IsaLevel level, bool vnni, bool bf16) {
+    const Sets &s = all_sets();
+    int i = kScalarSet;
+    switch (level) {
+        case IsaLevel::kScalar: i = (vnni || bf16) ? -1 : kScalarSet; break;
+        case IsaLevel::kAvx2: i = (vnni || bf16) ? -1 : kAvx2Set; break;
+        case IsaLevel::kAvx512: i = kAvx512Set + (vnni ? 1 : 0) + (bf16 ? 2 : 0); break;
+        case IsaLevel::kAmx: i = kAmxSet; break;
+    }
+    if (i < 0 || !s.available[i]) return nullptr;
+    return &s.sets[i];
+}
+
+IsaLevel kernel_level() { return amx::available() ? IsaLevel::kAmx : active_isa_level(); }
+
+const KernelSet &best_kernel_set(IsaLevel level) {
+    if (level == IsaLevel::kAmx && amx::available() && all_sets().available[kAmxSet]) return all_sets().sets[kAmxSet];
+    const IsaLevel host = host_isa_level();
+    if (static_cast<int>(level) > static_cast<int>(host)) level = host;
+    const CpuFeatures &f = host_cpu_features();
+    const uint32_t off = g_disabled.load(std::memory_order_acquire);
+    if (static_cast<int>(level) >= static_cast<int>(IsaLevel::kAvx512)) {
+        const bool vnni = f.avx512_vnni && !(off & kDisableVnni);
+        const bool bf16 = f.avx512_bf16 && !(off & kDisableBf16);
+        return *kernel_set(IsaLevel::kAvx512, vnni, bf16);
+    }
+    if (level == IsaLevel::kAvx2) return *kernel_set(IsaLevel::kAvx2, false, false);
+    return *kernel_set(IsaLevel::kScalar, false, false);
+}
+
+int supported_kernel_sets(const KernelSet **out, int capacity) {
+    const Sets &s = all_sets();
+    int n = 0;
+    for (int i = 0; i < kSetCount; ++i)
+        if (s.available[i] && (i != kAmxSet || amx::available()) && n < capacity) out[n++] = &s.sets[i];
+    return n;
+}
+
+void set_disabled_features(uint32_t mask) { g_disabled.store(mask, std::memory_order_release); }
+uint32_t disabled_features() { return g_disabled.load(std::memory_order_acquire); }
+
+}  // namespace kt::cpu

@@ -1,0 +1,527 @@
+// The kernels of kernels.h, written once over a SIMD traits class S (simd_scalar.h, simd_avx2.h, simd_avx512.h) and
+// instantiated by one translation unit per ISA variant.
+//
+// GEMM blocking: a call covers kNV = 2 column vectors (32 columns = a whole panel on AVX-512, 16 columns = one half
+// panel on AVX2) and up to MR rows of activations, over the whole K. Per K step of 4 bytes the kNV weight vectors
+// are decoded once and used against MR broadcast activation words, so decoding (nibble unpacking, table lookups,
+// high bits) costs 1/MR per product. The int32 accumulators are flushed into fp32 at every scale group. Panels are
+// the outer loop and row blocks the inner one, so a panel (32 x K) stays in L1/L2 while activation rows stream.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/packed.h"
+#include "core/fp16.h"
+
+namespace kt::cpu::impl {
+
+// The IQ4_NL / IQ4_XS code book plus 128: what the kernel feeds vpdpbusd as u; and as it is, for dot4s.
+inline constexpr uint8_t kIq4Unsigned[16] = {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241};
+inline constexpr int8_t kIq4Signed[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+template <PackedType T>
+struct Fmt;
+template <>
+struct Fmt<PackedType::kInt8> {
+    static constexpr bool kNibble = false, kMins = false;
+    static constexpr int kUMax = 255;
+};
+template <>
+struct Fmt<PackedType::kQ8_0> {
+    static constexpr bool kNibble = false, kMins = false;
+    static constexpr int kUMax = 255;
+};
+template <>
+struct Fmt<PackedType::kInt4> {
+    static constexpr bool kNibble = true, kMins = false;
+    static constexpr int kUMax = 15;
+};
+template <>
+struct Fmt<PackedType::kQ4_0> {
+    static constexpr bool kNibble = true, kMins = false;
+    static constexpr int kUMax = 15;
+};
+template <>
+struct Fmt<PackedType::kQ4_K> {
+    static constexpr bool kNibble = true, kMins = true;
+    static constexpr int kUMax = 15;
+};
+template <>
+struct Fmt<PackedType::kQ5_K> {
+    static constexpr bool kNibble = true, kMins = true;
+    static constexpr int kUMax = 31;
+};
+template <>
+struct Fmt<PackedType::kQ6_K> {
+    static constexpr bool kNibble = true, kMins = false;
+    static constexpr int kUMax = 63;
+};
+template <>
+struct Fmt<PackedType::kIq4Xs> {
+    static constexpr bool kNibble = true, kMins = false;
+    static constexpr int kUMax = 241;
+};
+
+template <class S, int kMR>
+struct Kernels {
+    using VI = typename S::VI;
+    using VF = typename S::VF;
+    static constexpr int kW = S::kW;
+    static constexpr int kNV = 2;
+    static constexpr int kCols = kNV * kW;
+
+    struct VecPos {
+        int half;      // which half panel
+        int vi;        // which part of a 64-byte tile row (AVX2: 0 or 1)
+        int byte_off;  // byte offset of that part in the tile row
+        int col;       // first column in the panel
+    };
+    static VecPos vec_pos(int c0, int v) {
+        const int col = c0 + v * kW;
+        const int vi = (col % static_cast<int>(kHalf)) / kW;
+        return {col / static_cast<int>(kHalf), vi, vi * kW * 4, col};
+    }
+
+    static void store_cols(float *dst, VF v, int valid) {
+        if (valid >= kW)
+            S::storef(dst, v);
+        else if (valid > 0)
+            S::storef_n(dst, v, valid);
+    }
+
+    // ---- integer formats -----------------------------------------------------------------------------------
+
+    // Formats whose codes need the whole byte (INT8, Q8_0, IQ4_XS) on ISAs without VNNI: the kernel works with the
+    // signed weights and dot4s, which needs no activation-sum correction. Both forms give the exact integer sum.
+    template <PackedType T>
+    static constexpr bool kSigned = S::kSignedWideDot && Fmt<T>::kUMax > 127;
+
+    template <PackedType T>
+    static VI decode(const uint8_t *row, int part, const uint8_t *hb, int vi, VI table) {
+        if constexpr (!Fmt<T>::kNibble) {
+            if constexpr (kSigned<T>) return S::loadu(row);
+            return S::xor_(S::loadu(row), S::set1_8(static_cast<int8_t>(0x80)));
+        } else {
+            const VI x = S::loadu(row);
+            const VI nib = S::and_(part ? S::template srl16<4>(x) : x, S::set1_8(0x0F));
+            if constexpr (T == PackedType::kInt4 || T == PackedType::kQ4_0) return S::xor_(nib, S::set1_8(8));
+            if constexpr (T == PackedType::kQ4_K) return nib;
+            if constexpr (T == PackedType::kQ5_K) return S::or_(nib, S::high_bit5(hb + part * 8, vi));
+            if constexpr (T == PackedType::kQ6_K) return S::or_(nib, S::high_bits6(hb + part * 16, vi));
+            if constexpr (T == PackedType::kIq4Xs) return S::lut16(table, nib);
+        }
+    }
+
+    // Group scale S_g (and min M_g) of the kW columns starting at panel column `col`.
+    template <PackedType T>
+    static void group_scale(const PackedMatrix &w, int64_t p, int64_t g, int col, VF *scale, VF *min) {
+        const PackedLayout &L = w.layout;
+        const int64_t gi = (p * L.groups + g) * kPanel + col;
+        const int64_t sb = (g * L.group + L.superblock_k_offset) / 256;
+        const int64_t si = (p * L.superblocks + sb) * kPanel + col;
+        const uint8_t *d = w.data;
+        if constexpr (T == PackedType::kInt4) {
+            *scale = S::mul(S::loadf(reinterpret_cast<const float *>(d + L.gscale) + gi), S::fset1(16.0f));
+        } else if constexpr (T == PackedType::kQ8_0 || T == PackedType::kQ4_0) {
+            *scale = S::loadf_f16(reinterpret_cast<const uint16_t *>(d + L.gscale) + gi);
+        } else if constexpr (T == PackedType::kIq4Xs || T == PackedType::kQ6_K) {
+            *scale = S::mul(S::loadf_f16(reinterpret_cast<const uint16_t *>(d + L.sscale) + si),
+                            S::loadf_i8(reinterpret_cast<const int8_t *>(d + L.gscale) + gi));
+        } else if constexpr (T == PackedType::kQ4_K || T == PackedType::kQ5_K) {
+            *scale = S::mul(S::loadf_f16(reinterpret_cast<const uint16_t *>(d + L.sscale) + si), S::loadf_u8(d + L.gscale + gi));
+            *min = S::mul(S::loadf_f16(reinterpret_cast<const uint16_t *>(d + L.smin) + si), S::loadf_u8(d + L.gmin + gi));
+        }
+    }
+
+    // One block: rows [0, mr) x the kNV column vectors starting at panel column c0 of panel p, whole K.
+    // kKpg: K steps of 4 per scale group (4, 8, 16, 32), or 0 for one group over the whole K (kInt8).
+    // pf: the panel to prefetch while this one is computed (tile (s, h) at pf + (s * 2 + h) * 1024), or nullptr;
+    // only its tiles s in [pf_lo, pf_hi), so that a panel's row blocks share the prefetching of the next panel.
+    template <PackedType T, int kKpg, int mr>
+    static void int_block(const PackedMatrix &w, int64_t p, int c0, const int8_t *const *a, const int32_t *const *sums,
+                          const float *a_scale, float *const *c, int valid_cols, const uint8_t *pf, int64_t pf_lo,
+                          int64_t pf_hi) {
+        constexpr int kParts = Fmt<T>::kNibble ? 2 : 1;
+        constexpr int kRowsPerFlush = (kKpg == 0 || kKpg > 16) ? 16 : kKpg;
+        constexpr int kUMax = Fmt<T>::kUMax;
+        // Independent int32 accumulator chains per output vector: consecutive K steps alternate between them, so
+        // that mr * kNV * kSplit chains hide the latency of an accumulating vpdpbusd (integer sums: exact in any
+        // order, so the split does not change results).
+        constexpr int kSplit = S::kLatencyBoundDot ? (mr >= 3 ? 1 : 4 / mr) : 1;
+        const PackedLayout &L = w.layout;
+        const VecPos vp[kNV] = {vec_pos(c0, 0), vec_pos(c0, 1)};
+        VI table = S::zero();
+        if constexpr (T == PackedType::kIq4Xs) {
+            alignas(64) uint8_t t[64];
+            for (int i = 0; i < 64; ++i) t[i] = kSigned<T> ? static_cast<uint8_t>(kIq4Signed[i % 16]) : kIq4Unsigned[i % 16];
+            table = S::loadu(t);
+        }
+
+        VF accf[mr][kNV];
+        VI acci[mr][kNV][kSplit];
+        for (int m = 0; m < mr; ++m)
+            for (int v = 0; v < kNV; ++v) {
+                accf[m][v] = S::fzero();
+                for (int j = 0; j < kSplit; ++j) acci[m][v][j] = S::zero();
+            }
+        auto isum = [&](int m, int v) {
+            VI t = acci[m][v][0];
+            for (int j = 1; j < kSplit; ++j) t = S::add32(t, acci[m][v][j]);
+            return t;
+        };
+
+        auto flush = [&](int64_t g) {
+            for (int v = 0; v < kNV; ++v) {
+                VF scale = S::fzero(), min = S::fzero();
+                group_scale<T>(w, p, g, vp[v].col, &scale, &min);
+                for (int m = 0; m < mr; ++m) {
+                    if constexpr (Fmt<T>::kMins) {
+                        accf[m][v] = S::fmadd(S::cvt(isum(m, v)), scale, accf[m][v]);
+                        accf[m][v] = S::fnmadd(min, S::fset1(static_cast<float>(sums[m][g])), accf[m][v]);
+                    } else if constexpr (kSigned<T>) {
+                        accf[m][v] = S::fmadd(S::cvt(isum(m, v)), scale, accf[m][v]);
+                    } else {
+                        accf[m][v] = S::fmadd(S::cvt(S::sub32(isum(m, v), S::set1_32(sums[m][g]))), scale, accf[m][v]);
+                    }
+                    for (int j = 0; j < kSplit; ++j) acci[m][v][j] = S::zero();
+                }
+            }
+        };
+
+        const int64_t tile_k4 = Fmt<T>::kNibble ? 32 : 16;  // K steps of 4 per tile
+        int64_t g = 0;
+        for (int64_t s = 0; s < L.tiles_per_half; ++s) {
+            const uint8_t *tb[kNV];
+            const uint8_t *hb[kNV] = {nullptr, nullptr};
+            const uint8_t *pb[kNV] = {nullptr, nullptr};
+            const bool prefetching = pf && s >= pf_lo && s < pf_hi;
+            for (int v = 0; v < kNV; ++v) {
+                tb[v] = w.tile(p, s, vp[v].half) + vp[v].byte_off;
+                if (prefetching) pb[v] = pf + (s * 2 + vp[v].half) * kTileBytes + vp[v].byte_off;
+                const int64_t tile_index = (p * L.tiles_per_half + s) * 2 + vp[v].half;
+                if constexpr (T == PackedType::kQ5_K) hb[v] = w.data + L.hbits + tile_index * 256;
+                if constexpr (T == PackedType::kQ6_K) hb[v] = w.data + L.hbits + tile_index * 512;
+            }
+            for (int part = 0; part < kParts; ++part) {
+                for (int r0 = 0; r0 < 16; r0 += kRowsPerFlush) {
+                    // The inner loop has a small constant trip count: compilers unroll it completely, so acci's
+                    // indexes are constants and the accumulators stay in registers (no lambda may capture them).
+                    for (int rb = 0; rb < kRowsPerFlush; rb += kSplit) {
+                        for (int j = 0; j < kSplit; ++j) {
+                            const int r = r0 + rb + j;
+                            const int64_t kappa = s * tile_k4 + part * 16 + r;
+                            VI u[kNV];
+                            for (int v = 0; v < kNV; ++v) {
+                                if (prefetching && (kW == 16 || vp[v].vi == 0)) S::prefetch(pb[v] + r * kTileRowBytes);
+                                const uint8_t *row_hb = nullptr;
+                                if constexpr (T == PackedType::kQ5_K) row_hb = hb[v] + r * 16;
+                                if constexpr (T == PackedType::kQ6_K) row_hb = hb[v] + r * 32;
+                                u[v] = decode<T>(tb[v] + r * kTileRowBytes, part, row_hb, vp[v].vi, table);
+                            }
+                            for (int m = 0; m < mr; ++m)
+                                for (int v = 0; v < kNV; ++v)
+                                    acci[m][v][j] = kSigned<T> ? S::dot4s(acci[m][v][j], u[v], S::bcst32(a[m] + 4 * kappa))
+                                                               : S::template dot4_bcst<kUMax, kKpg == 0>(
+                                                                     acci[m][v][j], u[v], a[m] + 4 * kappa);
+                        }
+                    }
+                    if constexpr (kKpg != 0 && kKpg <= 16) {
+                        flush(g);
+                        if (++g == L.groups) goto done;
+                    }
+                }
+                if constexpr (kKpg == 32) {
+                    if (part == 1) {
+                        flush(g);
+                        if (++g == L.groups) goto done;
+                    }
+                }
+            }
+        }
+    done: __attribute__((unused));
+        for (int m = 0; m < mr; ++m) {
+            const VF as = S::fset1(a_scale[m]);
+            for (int v = 0; v < kNV; ++v) {
+                VF out;
+                if constexpr (kKpg == 0) {  // kInt8: (float(isum) * w_scale) * a_scale
+                    const VF wscale = S::loadf(reinterpret_cast<const float *>(w.data + L.colscale) + p * kPanel + vp[v].col);
+                    const VI exact = kSigned<T> ? isum(m, v) : S::sub32(isum(m, v), S::set1_32(sums[m][0]));
+                    out = S::mul(S::mul(S::cvt(exact), wscale), as);
+                } else {
+                    out = S::mul(accf[m][v], as);
+                }
+                store_cols(c[m] + v * kW, out, valid_cols - v * kW);
+            }
+        }
+    }
+
+    template <PackedType T, int kKpg>
+    static void int_gemm_typed(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t n_begin, int64_t n_end,
+                               float *c, int64_t ldc) {
+        const int64_t p_end = (n_end + kPanel - 1) / kPanel;
+        for (int64_t p = n_begin / kPanel; p < p_end; ++p) {
+            for (int c0 = 0; c0 < kPanel; c0 += kCols) {
+                const int valid = static_cast<int>(std::min<int64_t>(kPanel, n_end - p * kPanel)) - c0;
+                if (valid <= 0) break;
+                for (int64_t i0 = 0; i0 < m; i0 += kMR) {
+                    const int mr = static_cast<int>(std::min<int64_t>(kMR, m - i0));
+                    const int8_t *ap[kMR];
+                    const int32_t *sp[kMR];
+                    float sc[kMR];
+                    float *cp[kMR];
+                    for (int i = 0; i < mr; ++i) {
+                        const int64_t row = a.rows ? a.rows[i0 + i] : i0 + i;
+                        ap[i] = a.q + row * a.q_ld;
+                        sp[i] = a.sums + row * a.sums_ld;
+                        sc[i] = a.scale[row];
+                        cp[i] = c + (i0 + i) * ldc + (p * kPanel + c0 - n_begin);
+                    }
+                    // The row blocks of a panel prefetch the next panel (or the caller's next weights) between them,
+                    // each a share of its tiles, so the stream is spread over the panel's whole compute.
+                    const uint8_t *pf = p + 1 < p_end ? w.tile(p + 1, 0, 0) : a.prefetch_next;
+                    const int64_t blocks = (m + kMR - 1) / kMR, bi = i0 / kMR, tiles = w.layout.tiles_per_half;
+                    dispatch_mr<T, kKpg>(mr, w, p, c0, ap, sp, sc, cp, valid, pf, tiles * bi / blocks, tiles * (bi + 1) / blocks);
+                }
+            }
+        }
+    }
+
+    template <PackedType T, int kKpg, int mr = kMR>
+    static void dispatch_mr(int n, const PackedMatrix &w, int64_t p, int c0, const int8_t *const *a,
+                            const int32_t *const *sums, const float *a_scale, float *const *c, int valid,
+                            const uint8_t *pf, int64_t pf_lo, int64_t pf_hi) {
+        if constexpr (mr > 1) {
+            if (n < mr) return dispatch_mr<T, kKpg, mr - 1>(n, w, p, c0, a, sums, a_scale, c, valid, pf, pf_lo, pf_hi);
+        }
+        int_block<T, kKpg, mr>(w, p, c0, a, sums, a_scale, c, valid, pf, pf_lo, pf_hi);
+    }
+
+    static void gemm_int(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t n_begin, int64_t n_end, float *c,
+                         int64_t ldc) {
+        switch (w.layout.type) {
+            case PackedType::kInt8: return int_gemm_typed<PackedType::kInt8, 0>(w, a, m, n_begin, n_end, c, ldc);
+            case PackedType::kInt4:
+                if (w.layout.group == 32) return int_gemm_typed<PackedType::kInt4, 8>(w, a, m, n_begin, n_end, c, ldc);
+                if (w.layout.group == 64) return int_gemm_typed<PackedType::kInt4, 16>(w, a, m, n_begin, n_end, c, ldc);
+                return int_gemm_typed<PackedType::kInt4, 32>(w, a, m, n_begin, n_end, c, ldc);
+            case PackedType::kQ8_0: return int_gemm_typed<PackedType::kQ8_0, 8>(w, a, m, n_begin, n_end, c, ldc);
+            case PackedType::kQ4_0: return int_gemm_typed<PackedType::kQ4_0, 8>(w, a, m, n_begin, n_end, c, ldc);
+            case PackedType::kQ4_K: return int_gemm_typed<PackedType::kQ4_K, 8>(w, a, m, n_begin, n_end, c, ldc);
+            case PackedType::kQ5_K: return int_gemm_typed<PackedType::kQ5_K, 8>(w, a, m, n_begin, n_end, c, ldc);
+            case PackedType::kQ6_K: return int_gemm_typed<PackedType::kQ6_K, 4>(w, a, m, n_begin, n_end, c, ldc);
+            case PackedType::kIq4Xs: return int_gemm_typed<PackedType::kIq4Xs, 8>(w, a, m, n_begin, n_end, c, ldc);
+            case PackedType::kBf16: break;
+        }
+    }
+
+    // ---- bf16 ----------------------------------------------------------------------------------------------
+
+    template <int mr>
+    static void bf16_block(const PackedMatrix &w, int64_t p, int c0, const uint16_t *const *a, float *const *c,
+                           int valid_cols, const uint8_t *pf, int64_t pf_lo, int64_t pf_hi) {
+        const PackedLayout &L = w.layout;
+        const VecPos vp[kNV] = {vec_pos(c0, 0), vec_pos(c0, 1)};
+        // Two fp32 chains per output vector (even and odd K pairs), on every ISA, so that results stay the same bits
+        // everywhere: vdpbf16ps accumulates into its destination, and 2 x mr x kNV chains hide its latency.
+        constexpr int kSplit = 2;
+        VF acc[mr][kNV][kSplit];
+        for (int m = 0; m < mr; ++m)
+            for (int v = 0; v < kNV; ++v)
+                for (int j = 0; j < kSplit; ++j) acc[m][v][j] = S::fzero();
+        for (int64_t s = 0; s < L.tiles_per_half; ++s) {
+            const uint8_t *tb[kNV];
+            const uint8_t *pb[kNV] = {nullptr, nullptr};
+            const bool prefetching = pf && s >= pf_lo && s < pf_hi;
+            for (int v = 0; v < kNV; ++v) {
+                tb[v] = w.tile(p, s, vp[v].half) + vp[v].byte_off;
+                if (prefetching) pb[v] = pf + (s * 2 + vp[v].half) * kTileBytes + vp[v].byte_off;
+            }
+            for (int r0 = 0; r0 < 16; r0 += kSplit) {
+                for (int j = 0; j < kSplit; ++j) {
+                    const int r = r0 + j;
+                    const int64_t pair = s * 16 + r;
+                    VI wv[kNV];
+                    for (int v = 0; v < kNV; ++v) {
+                        if (prefetching && (kW == 16 || vp[v].vi == 0)) S::prefetch(pb[v] + r * kTileRowBytes);
+                        wv[v] = S::loadu(tb[v] + r * kTileRowBytes);
+                    }
+                    for (int m = 0; m < mr; ++m)
+                        for (int v = 0; v < kNV; ++v) acc[m][v][j] = S::dot2_bf16_bcst(acc[m][v][j], wv[v], a[m] + 2 * pair);
+                }
+            }
+        }
+        for (int m = 0; m < mr; ++m)
+            for (int v = 0; v < kNV; ++v)
+                store_cols(c[m] + v * kW, S::add(acc[m][v][0], acc[m][v][1]), valid_cols - v * kW);
+    }
+
+    template <int mr = kMR>
+    static void dispatch_bf16(int n, const PackedMatrix &w, int64_t p, int c0, const uint16_t *const *a,
+                              float *const *c, int valid, const uint8_t *pf, int64_t pf_lo, int64_t pf_hi) {
+        if constexpr (mr > 1) {
+            if (n < mr) return dispatch_bf16<mr - 1>(n, w, p, c0, a, c, valid, pf, pf_lo, pf_hi);
+        }
+        bf16_block<mr>(w, p, c0, a, c, valid, pf, pf_lo, pf_hi);
+    }
+
+    static void gemm_bf16(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t n_begin, int64_t n_end,
+                          float *c, int64_t ldc) {
+        const int64_t p_end = (n_end + kPanel - 1) / kPanel;
+        for (int64_t p = n_begin / kPanel; p < p_end; ++p) {
+            for (int c0 = 0; c0 < kPanel; c0 += kCols) {
+                const int valid = static_cast<int>(std::min<int64_t>(kPanel, n_end - p * kPanel)) - c0;
+                if (valid <= 0) break;
+                for (int64_t i0 = 0; i0 < m; i0 += kMR) {
+                    const int mr = static_cast<int>(std::min<int64_t>(kMR, m - i0));
+                    const uint16_t *ap[kMR];
+                    float *cp[kMR];
+                    for (int i = 0; i < mr; ++i) {
+                        const int64_t row = a.rows ? a.rows[i0 + i] : i0 + i;
+                        ap[i] = a.bf16 + row * a.bf16_ld;
+                        cp[i] = c + (i0 + i) * ldc + (p * kPanel + c0 - n_begin);
+                    }
+                    const uint8_t *pf = p + 1 < p_end ? w.tile(p + 1, 0, 0) : a.prefetch_next;
+                    const int64_t blocks = (m + kMR - 1) / kMR, bi = i0 / kMR, tiles = w.layout.tiles_per_half;
+                    dispatch_bf16(mr, w, p, c0, ap, cp, valid, pf, tiles * bi / blocks, tiles * (bi + 1) / blocks);
+                }
+            }
+        }
+    }
+
+    // ---- rows ----------------------------------------------------------------------------------------------
+
+    static VF load_src(const void *src, bool bf16, int64_t i) {
+        return bf16 ? S::loadf_bf16(static_cast<const uint16_t *>(src) + i) : S::loadf(static_cast<const float *>(src) + i);
+    }
+    // The last n < kW values of a row, zero-padded (so tails run the same vector code as the body).
+    static VF load_src_tail(const void *src, bool bf16, int64_t i, int64_t n) {
+        alignas(64) float tmp[kW] = {};
+        for (int64_t j = 0; j < n; ++j)
+            tmp[j] = bf16 ? bf16_to_f32(static_cast<const uint16_t *>(src)[i + j]) : static_cast<const float *>(src)[i + j];
+        return S::loadf(tmp);
+    }
+
+    static float row_amax(const void *src, bool src_bf16, int64_t k) {
+        VF vmax = S::fzero();
+        int64_t i = 0;
+        for (; i + kW <= k; i += kW) vmax = S::fmax(vmax, S::fabs(load_src(src, src_bf16, i)));
+        if (i < k) vmax = S::fmax(vmax, S::fabs(load_src_tail(src, src_bf16, i, k - i)));
+        return S::hmax(vmax);
+    }
+
+    static float quantize_row_amax(const void *src, bool src_bf16, int64_t k, int64_t kp, float amax, int8_t *q) {
+        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        const VF vinv = S::fset1(inv);
+        int64_t i = 0;
+        for (; i + kW <= k; i += kW) S::store_i8(q + i, S::cvt_round(S::mul(load_src(src, src_bf16, i), vinv)));
+        if (i < k) {
+            alignas(64) int8_t tmp[kW];
+            S::store_i8(tmp, S::cvt_round(S::mul(load_src_tail(src, src_bf16, i, k - i), vinv)));
+            std::memcpy(q + i, tmp, static_cast<size_t>(k - i));
+        }
+        if (kp > k) std::memset(q + k, 0, static_cast<size_t>(kp - k));
+        return amax / 127.0f;
+    }
+
+    static float quantize_row(const void *src, bool src_bf16, int64_t k, int64_t kp, int8_t *q) {
+        return quantize_row_amax(src, src_bf16, k, kp, row_amax(src, src_bf16, k), q);
+    }
+
+    static void convert_row_bf16(const void *src, bool src_bf16, int64_t k, int64_t kp, uint16_t *dst) {
+        int64_t i = 0;
+        for (; i + kW <= k; i += kW) S::storef_bf16(dst + i, load_src(src, src_bf16, i));
+        if (i < k) {
+            alignas(64) uint16_t tmp[kW];
+            S::storef_bf16(tmp, load_src_tail(src, src_bf16, i, k - i));
+            std::memcpy(dst + i, tmp, sizeof(uint16_t) * static_cast<size_t>(k - i));
+        }
+        for (int64_t j = k; j < kp; ++j) dst[j] = 0;
+    }
+
+    // exp(x): x = n ln2 + r with n = round(x / ln2) and r reduced in two steps (Cody-Waite), exp(r) by a degree-7
+    // Taylor polynomial (|r| <= ln2 / 2: truncation error < 6e-9), times 2^n built in the exponent bits. x is
+    // clamped to [-87.3, 88.3] so that 2^n stays a normal float.
+    static VF exp_v(VF x) {
+        x = S::fmin(S::fmax(x, S::fset1(-87.3f)), S::fset1(88.3f));
+        const VF n = S::round_even(S::mul(x, S::fset1(1.44269504088896341f)));
+        VF r = S::fnmadd(n, S::fset1(0.693359375f), x);
+        r = S::fnmadd(n, S::fset1(-2.12194440e-4f), r);
+        VF p = S::fset1(1.0f / 5040.0f);
+        p = S::fmadd(p, r, S::fset1(1.0f / 720.0f));
+        p = S::fmadd(p, r, S::fset1(1.0f / 120.0f));
+        p = S::fmadd(p, r, S::fset1(1.0f / 24.0f));
+        p = S::fmadd(p, r, S::fset1(1.0f / 6.0f));
+        p = S::fmadd(p, r, S::fset1(0.5f));
+        p = S::fmadd(p, r, S::fset1(1.0f));
+        p = S::fmadd(p, r, S::fset1(1.0f));
+        const VI e = S::sll32_23(S::add32(S::cvt_round(n), S::set1_32(127)));
+        return S::mul(p, S::castf(e));
+    }
+
+    static VF swiglu_v(VF g, VF u, const SwigluParams &prm) {
+        if (prm.limit > 0.0f) {
+            g = S::fmin(g, S::fset1(prm.limit));
+            u = S::fmax(S::fmin(u, S::fset1(prm.limit)), S::fset1(-prm.limit));
+        }
+        const float k = prm.alpha > 0.0f ? -prm.alpha : -1.0f;
+        const VF sig_den = S::add(exp_v(S::mul(g, S::fset1(k))), S::fset1(1.0f));
+        const VF gated = S::div(g, sig_den);  // g * sigmoid(alpha * g); alpha = 1 is silu
+        return S::mul(gated, prm.alpha > 0.0f ? S::add(u, S::fset1(1.0f)) : u);
+    }
+
+    static void swiglu_row(const float *g, const float *u, int64_t n, const SwigluParams &prm, float *h) {
+        int64_t i = 0;
+        for (; i + kW <= n; i += kW) S::storef(h + i, swiglu_v(S::loadf(g + i), S::loadf(u + i), prm));
+        if (i < n) {
+            alignas(64) float tg[kW] = {}, tu[kW] = {}, th[kW];
+            std::memcpy(tg, g + i, sizeof(float) * static_cast<size_t>(n - i));
+            std::memcpy(tu, u + i, sizeof(float) * static_cast<size_t>(n - i));
+            S::storef(th, swiglu_v(S::loadf(tg), S::loadf(tu), prm));
+            std::memcpy(h + i, th, sizeof(float) * static_cast<size_t>(n - i));
+        }
+    }
+
+    static void axpy_row(float w, const float *x, int64_t n, float *y) {
+        const VF vw = S::fset1(w);
+        int64_t i = 0;
+        for (; i + kW <= n; i += kW) S::storef(y + i, S::fmadd(vw, S::loadf(x + i), S::loadf(y + i)));
+        if (i < n) {
+            alignas(64) float tx[kW] = {}, ty[kW] = {};
+            std::memcpy(tx, x + i, sizeof(float) * static_cast<size_t>(n - i));
+            std::memcpy(ty, y + i, sizeof(float) * static_cast<size_t>(n - i));
+            S::storef(ty, S::fmadd(vw, S::loadf(tx), S::loadf(ty)));
+            std::memcpy(y + i, ty, sizeof(float) * static_cast<size_t>(n - i));
+        }
+    }
+
+    static void merge_row(const float *const *src, int n_src, int64_t n, void *dst, bool dst_bf16, bool accumulate) {
+        float *df = static_cast<float *>(dst);
+        uint16_t *db = static_cast<uint16_t *>(dst);
+        int64_t i = 0;
+        for (; i + kW <= n; i += kW) {
+            VF sum = S::loadf(src[0] + i);
+            for (int j = 1; j < n_src; ++j) sum = S::add(sum, S::loadf(src[j] + i));
+            const VF old = !accumulate ? S::fzero() : (dst_bf16 ? S::loadf_bf16(db + i) : S::loadf(df + i));
+            const VF r = S::add(old, sum);
+            if (dst_bf16)
+                S::storef_bf16(db + i, r);
+            else
+                S::storef(df + i, r);
+        }
+        // Additions only: a scalar tail gives the same bits as a vector lane.
+        for (; i < n; ++i) {
+            float sum = src[0][i];
+            for (int j = 1; j < n_src; ++j) sum += src[j][i];
+            const float old = !accumulate ? 0.0f : (dst_bf16 ? bf16_to_f32(db[i]) : df[i]);
+            if (dst_bf16)
+                db[i] = f32_to_bf16(old + sum);
+            else
+                df[i] = old + sum;
+        }
+    }
+};
+
+}  // namespace kt::cpu::impl

@@ -1,0 +1,107 @@
+#include "backends/cpu/packed.h"
+
+#include "core/checked_math.h"
+
+namespace kt::cpu {
+namespace {
+
+//                              type                  name      tile              tile_k grp sblk u_off mins  u_max
+constexpr PackedTypeInfo kInfo[kPackedTypeCount] = {
+    {PackedType::kInt8, "INT8", TileKind::kInt8, 64, 0, 0, 128, false, 255},
+    {PackedType::kInt4, "INT4", TileKind::kNibble, 128, 0, 0, 8, false, 15},
+    {PackedType::kBf16, "BF16", TileKind::kBf16, 32, 0, 0, 0, false, 0},
+    {PackedType::kQ8_0, "Q8_0", TileKind::kInt8, 64, 32, 0, 128, false, 255},
+    {PackedType::kQ4_0, "Q4_0", TileKind::kNibble, 128, 32, 0, 8, false, 15},
+    {PackedType::kQ4_K, "Q4_K", TileKind::kNibble, 128, 32, 256, 0, true, 15},
+    {PackedType::kQ5_K, "Q5_K", TileKind::kNibble, 128, 32, 256, 0, true, 31},
+    {PackedType::kQ6_K, "Q6_K", TileKind::kNibble, 128, 16, 256, 32, false, 63},
+    {PackedType::kIq4Xs, "IQ4_XS", TileKind::kNibble, 128, 32, 256, 128, false, 241},
+};
+
+// Appends a region of `bytes` at the next 64-byte boundary; returns false on overflow.
+bool append(size_t *cursor, uint64_t bytes, size_t *offset) {
+    uint64_t start = 0, end = 0;
+    if (!checked_align_up(*cursor, kPackedAlignment, &start) || !checked_add(start, bytes, &end)) return false;
+    *offset = static_cast<size_t>(start);
+    *cursor = static_cast<size_t>(end);
+    return true;
+}
+
+}  // namespace
+
+const PackedTypeInfo &packed_type_info(PackedType type) { return kInfo[static_cast<int>(type)]; }
+
+Status packed_layout(PackedType type, int64_t n, int64_t k, int32_t group, int32_t superblock_k_offset,
+                     PackedLayout *out) {
+    KT_RETURN_IF(static_cast<int>(type) < 0 || static_cast<int>(type) >= kPackedTypeCount, KT_STATUS_INVALID_ARGUMENT,
+                 "packed layout: unknown type %d", static_cast<int>(type));
+    const PackedTypeInfo &info = packed_type_info(type);
+    KT_RETURN_IF(n < 1 || k < 1 || n > (int64_t{1} << 40) || k > (int64_t{1} << 40), KT_STATUS_INVALID_ARGUMENT,
+                 "packed layout %s: shape [%lld, %lld]", info.name, static_cast<long long>(n), static_cast<long long>(k));
+    PackedLayout l;
+    l.type = type;
+    l.n = n;
+    l.k = k;
+    if (type == PackedType::kInt4) {
+        KT_RETURN_IF(group != 32 && group != 64 && group != 128, KT_STATUS_INVALID_ARGUMENT,
+                     "packed layout INT4: group %d (must be 32, 64 or 128)", group);
+        l.group = group;
+    } else {
+        l.group = info.group;
+    }
+    if (l.group > 0)
+        KT_RETURN_IF(k % l.group != 0, KT_STATUS_INVALID_ARGUMENT, "packed layout %s: K = %lld is not a multiple of %d",
+                     info.name, static_cast<long long>(k), l.group);
+    if (info.superblock > 0) {
+        KT_RETURN_IF(superblock_k_offset != 0 && superblock_k_offset != 128, KT_STATUS_INVALID_ARGUMENT,
+                     "packed layout %s: super-block offset %d (must be 0 or 128)", info.name, superblock_k_offset);
+        l.superblock_k_offset = superblock_k_offset;
+    } else {
+        KT_RETURN_IF(superblock_k_offset != 0, KT_STATUS_INVALID_ARGUMENT,
+                     "packed layout %s has no super-blocks (offset %d)", info.name, superblock_k_offset);
+    }
+    l.np = (n + kPanel - 1) / kPanel * kPanel;
+    l.kp = (k + info.tile_k - 1) / info.tile_k * info.tile_k;
+    l.panels = l.np / kPanel;
+    l.tiles_per_half = l.kp / info.tile_k;
+    // Groups cover K, not the padding: a kernel never visits K steps past the last group.
+    if (type == PackedType::kInt8) l.group = static_cast<int32_t>(l.kp);
+    if (l.group > 0) l.groups = type == PackedType::kInt8 ? 1 : k / l.group;
+    if (info.superblock > 0) l.superblocks = (k + l.superblock_k_offset + info.superblock - 1) / info.superblock;
+
+    const uint64_t tiles = static_cast<uint64_t>(l.panels) * static_cast<uint64_t>(l.tiles_per_half) * 2;
+    const uint64_t cols = static_cast<uint64_t>(l.np);
+    size_t cursor = 0, data = 0;
+    bool ok = append(&cursor, tiles * kTileBytes, &data);
+    switch (type) {
+        case PackedType::kInt8: ok = ok && append(&cursor, cols * 4, &l.colscale); break;
+        case PackedType::kInt4: ok = ok && append(&cursor, cols * static_cast<uint64_t>(l.groups) * 4, &l.gscale); break;
+        case PackedType::kBf16: break;
+        case PackedType::kQ8_0:
+        case PackedType::kQ4_0: ok = ok && append(&cursor, cols * static_cast<uint64_t>(l.groups) * 2, &l.gscale); break;
+        case PackedType::kQ5_K:
+            ok = ok && append(&cursor, tiles * 256, &l.hbits);
+            [[fallthrough]];
+        case PackedType::kQ4_K:
+            ok = ok && append(&cursor, cols * static_cast<uint64_t>(l.groups), &l.gscale) &&
+                 append(&cursor, cols * static_cast<uint64_t>(l.groups), &l.gmin) &&
+                 append(&cursor, cols * static_cast<uint64_t>(l.superblocks) * 2, &l.sscale) &&
+                 append(&cursor, cols * static_cast<uint64_t>(l.superblocks) * 2, &l.smin);
+            break;
+        case PackedType::kQ6_K:
+            ok = ok && append(&cursor, tiles * 512, &l.hbits) &&
+                 append(&cursor, cols * static_cast<uint64_t>(l.groups), &l.gscale) &&
+                 append(&cursor, cols * static_cast<uint64_t>(l.superblocks) * 2, &l.sscale);
+            break;
+        case PackedType::kIq4Xs:
+            ok = ok && append(&cursor, cols * static_cast<uint64_t>(l.groups), &l.gscale) &&
+                 append(&cursor, cols * static_cast<uint64_t>(l.superblocks) * 2, &l.sscale);
+            break;
+    }
+    KT_RETURN_IF(!ok, KT_STATUS_INVALID_ARGUMENT, "packed layout %s: size overflows", info.name);
+    l.bytes = cursor;
+    *out = l;
+    return Status::ok();
+}
+
+}  // namespace kt::cpu

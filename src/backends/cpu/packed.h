@@ -1,0 +1,115 @@
+// Packed weight layouts: how every weight format kt computes with is laid out for the CPU kernels.
+//
+// One family of layouts serves every ISA level (scalar, AVX2, AVX-512, AMX), so the layout is fixed when weights are
+// loaded and never depends on the NUMA node count: a NUMA shard is simply a packed matrix of its own (rows or a K
+// range of the original), packed with the same rules.
+//
+// Common structure (W [N][K] row-major in the source: N outputs, K inputs):
+//   - N is padded to Np = round_up(N, 32) with zero weights: P = Np / 32 *panels* of 32 columns, each two *halves*
+//     of 16 columns. A kernel call covers whole panels.
+//   - K is cut into *tiles* of 1 KiB per half: 16 tile rows of 64 bytes, each tile row holding, for the 16 columns
+//     of the half, 4 consecutive bytes of K (VNNI order: the 32-bit words of W transposed). One tile row is one
+//     AVX-512 operand of vpdpbusd against a broadcast 32-bit word of activations, or two AVX2 operands; 16 tile
+//     rows with stride 64 are one AMX B tile.
+//   - int8 tiles cover 64 K (one byte per weight); bf16 tiles 32 K (pairs of bf16); nibble tiles 128 K (the low
+//     nibble of tile row r holds K 4r..4r+3, the high nibble K 64+4r..64+4r+3, as in the AMX INT4 layout).
+//   - Tile (p, s, h) starts at ((p * S + s) * 2 + h) * 1024, S = tiles per half along K; after the tiles come the
+//     per-format side arrays (scales, high bits) at 64-byte aligned offsets.
+//
+// Per format (u = the unsigned byte a kernel feeds vpdpbusd, a = the signed int8 activation):
+//   kInt8   AMX contract INT8: tile byte = w (int8), then fp32 scale[Np]. u = w + 128.
+//   kInt4   AMX contract INT4 (group G = 32/64/128): nibble = w in two's complement, then fp32 scale[P][K/G][32]
+//           holding w_scale / 16. u = w + 8 (nibble ^ 8).
+//   kBf16   AMX contract BF16: bf16 pairs, nothing else.
+//   kQ8_0   int8 tiles of the GGUF q (int8), then f16 d[P][K/32][32]. u = q + 128.
+//   kQ4_0   nibble tiles of the GGUF q ^ 8 (so that, as in kInt4, the nibble is q - 8 in two's complement), then
+//           f16 d[P][K/32][32]. u = q.
+//   kQ4_K   nibble tiles of q (0..15), then u8 sc[P][K/32][32], u8 m[P][K/32][32], f16 d[P][SB][32],
+//           f16 dmin[P][SB][32]. w = d*sc*q - dmin*m. u = q.
+//   kQ5_K   as kQ4_K for the low 4 bits, plus high bits: for each tile row and nibble half 8 bytes whose bit i is
+//           the 5th bit of tile-row byte i, at hbits[tile][r][2][8] (256 bytes per tile). u = q (0..31).
+//   kQ6_K   nibble tiles of the low 4 bits, plus 2-bit fields: for each tile row and nibble half 16 bytes, byte j
+//           holding the high bits of tile-row bytes j, j+16, j+32, j+48 at bit 0, 2, 4, 6, at hbits[tile][r][2][16]
+//           (512 bytes per tile); then i8 sc[P][K/16][32], f16 d[P][SB][32]. w = d*sc*(q - 32). u = q (0..63).
+//   kIq4Xs  nibble tiles of the code book index, then i8 (ls - 32)[P][K/32][32], f16 d[P][SB][32].
+//           w = d*(ls-32)*T[index]. u = T[index] + 128.
+// SB = ceil((K + superblock_k_offset) / 256) super-blocks. For the super-block formats a matrix may start in the middle of a GGUF super-block (a NUMA shard whose K range
+// starts at a multiple of 128 that is not one of 256): `superblock_k_offset` (0 or 128) is how much of the first
+// super-block lies before K = 0, and K position k of the matrix uses super-block (k + offset) / 256.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/status.h"
+
+namespace kt::cpu {
+
+enum class PackedType : int32_t {
+    kInt8 = 0,
+    kInt4 = 1,
+    kBf16 = 2,
+    kQ8_0 = 3,
+    kQ4_0 = 4,
+    kQ4_K = 5,
+    kQ5_K = 6,
+    kQ6_K = 7,
+    kIq4Xs = 8,
+};
+inline constexpr int kPackedTypeCount = 9;
+
+inline constexpr int64_t kPanel = 32;      // columns per panel
+inline constexpr int64_t kHalf = 16;       // columns per half panel (one AVX-512 vector of int32 / fp32)
+inline constexpr int64_t kTileBytes = 1024;
+inline constexpr int64_t kTileRowBytes = 64;
+inline constexpr size_t kPackedAlignment = 64;
+
+enum class TileKind : int32_t { kInt8, kNibble, kBf16 };
+
+struct PackedTypeInfo {
+    PackedType type;
+    const char *name;
+    TileKind tile;
+    int64_t tile_k;        // K per tile: 64 (int8), 128 (nibble), 32 (bf16)
+    int32_t group;         // K per scale group (0: per column over the whole K; kInt4: chosen per matrix)
+    int32_t superblock;    // K per super-block scale (256 for K-quants and IQ4_XS, else 0)
+    int32_t u_offset;      // u = w_code + u_offset for symmetric formats (0: asymmetric K-quants with mins)
+    bool has_mins;         // Q4_K, Q5_K
+    int32_t u_max;         // largest u the kernel sees (decides whether 16-bit fallbacks can overflow)
+};
+
+const PackedTypeInfo &packed_type_info(PackedType type);
+
+// Sizes and offsets of one packed matrix.
+struct PackedLayout {
+    PackedType type = PackedType::kInt8;
+    int64_t n = 0, k = 0;     // logical shape
+    int64_t np = 0, kp = 0;   // padded
+    int32_t group = 0;        // K per scale group (kInt8: kp, i.e. one group)
+    int64_t panels = 0;
+    int64_t tiles_per_half = 0;  // S
+    int64_t groups = 0;          // k / group (1 for kInt8): scale groups, covering K and not the padding
+    int64_t superblocks = 0;     // ceil((kp + superblock_k_offset) / 256) for super-block formats
+    int32_t superblock_k_offset = 0;
+    // Byte offsets from the start (0 = absent).
+    size_t hbits = 0, gscale = 0, gmin = 0, sscale = 0, smin = 0, colscale = 0;
+    size_t bytes = 0;  // total
+};
+
+// Computes the layout. group: kInt4 only (32, 64 or 128; K must be a multiple of it); superblock_k_offset: 0 or
+// 128, super-block formats only. INVALID_ARGUMENT for shapes the format cannot represent (K not a multiple of the
+// GGUF block, a bad group) or sizes that overflow.
+Status packed_layout(PackedType type, int64_t n, int64_t k, int32_t group, int32_t superblock_k_offset,
+                     PackedLayout *out);
+
+// A packed matrix as the kernels see it: the layout plus the base pointer (64-byte aligned).
+struct PackedMatrix {
+    PackedLayout layout;
+    const uint8_t *data = nullptr;
+
+    const uint8_t *tile(int64_t panel, int64_t s, int64_t half) const {
+        return data + ((panel * layout.tiles_per_half + s) * 2 + half) * kTileBytes;
+    }
+};
+
+}  // namespace kt::cpu

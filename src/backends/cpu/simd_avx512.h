@@ -1,0 +1,181 @@
+// SIMD traits for AVX-512 (F, BW, DQ, VL), with AVX512-VNNI and AVX512-BF16 used when the template says so and
+// exact software replacements when not (a Skylake-class CPU has neither).
+//
+// Include only from translation units compiled with the matching -m flags, and call their functions only after
+// cpu_features says the CPU and OS support them.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace kt::cpu::simd {
+
+template <bool kVnni, bool kBf16>
+struct Avx512 {
+    static constexpr int kW = 16;  // int32 / fp32 lanes; one vector = one 64-byte tile row = 16 columns
+    // vpdpbusd accumulates into its destination: a chain of them runs at its latency (~5 cycles), not its
+    // throughput (2 per cycle), unless about 10 independent chains are in flight.
+    static constexpr bool kLatencyBoundDot = kVnni;
+    // Without VNNI, formats whose codes need the full byte (INT8, Q8_0, IQ4_XS) use dot4s on signed weights.
+    static constexpr bool kSignedWideDot = !kVnni;
+    using VI = __m512i;
+    using VF = __m512;
+
+    static VI loadu(const void *p) { return _mm512_loadu_si512(p); }
+    static void storeu(void *p, VI v) { _mm512_storeu_si512(p, v); }
+    static VI zero() { return _mm512_setzero_si512(); }
+    static VI set1_8(int8_t v) { return _mm512_set1_epi8(v); }
+    static VI set1_32(int32_t v) { return _mm512_set1_epi32(v); }
+    static VI bcst32(const void *p) {
+        int32_t v;
+        std::memcpy(&v, p, 4);
+        return _mm512_set1_epi32(v);
+    }
+    static VI and_(VI a, VI b) { return _mm512_and_si512(a, b); }
+    static VI or_(VI a, VI b) { return _mm512_or_si512(a, b); }
+    static VI xor_(VI a, VI b) { return _mm512_xor_si512(a, b); }
+    template <int N>
+    static VI srl16(VI a) { return _mm512_srli_epi16(a, N); }
+    static VI add32(VI a, VI b) { return _mm512_add_epi32(a, b); }
+    static VI sub32(VI a, VI b) { return _mm512_sub_epi32(a, b); }
+
+    // acc + sum over the 4 bytes of each 32-bit lane of u (unsigned) * s (signed): exact.
+    // kUMax: the largest u the caller can pass. Without VNNI, vpmaddubsw is exact while two products fit int16
+    // (2 * 127 * 128 < 32768); larger u take the 16-bit path (vpmaddwd on even and odd bytes).
+    template <int kUMax>
+    static VI dot4(VI acc, VI u, VI s) {
+        if constexpr (kVnni) {
+            return _mm512_dpbusd_epi32(acc, u, s);
+        } else if constexpr (kUMax <= 127) {
+            const VI pairs = _mm512_maddubs_epi16(u, s);
+            return _mm512_add_epi32(acc, _mm512_madd_epi16(pairs, _mm512_set1_epi16(1)));
+        } else {
+            const VI u_even = _mm512_and_si512(u, _mm512_set1_epi16(0x00FF));
+            const VI u_odd = _mm512_srli_epi16(u, 8);
+            const VI s_even = _mm512_srai_epi16(_mm512_slli_epi16(s, 8), 8);
+            const VI s_odd = _mm512_srai_epi16(s, 8);
+            acc = _mm512_add_epi32(acc, _mm512_madd_epi16(u_even, s_even));
+            return _mm512_add_epi32(acc, _mm512_madd_epi16(u_odd, s_odd));
+        }
+    }
+
+    // dot4 against the 4 bytes at p broadcast to every lane. kEmbed: fold the broadcast into the instruction as its
+    // {1to16} memory operand. Compilers otherwise load a broadcast that feeds several instructions into a register
+    // once, and that vpbroadcastd competes with vpdpbusd for issue slots: in the INT8 kernel (no scale groups)
+    // folding lifts the in-cache rate from 65% to 79% of the vpdpbusd peak on Zen 5 (bench_gemm); in the grouped
+    // kernels it costs more register moves than it saves, so they keep the register broadcast. The memory is passed
+    // as an address register, not an "m" operand: __m512i may alias anything, so an "m" operand makes GCC store every
+    // accumulator to the stack before each instruction. This is sound because kernels only read activations, which
+    // nothing writes while a kernel runs (kernels are called through function pointers, never inlined into code that
+    // writes activations).
+    template <int kUMax, bool kEmbed = false>
+    static VI dot4_bcst(VI acc, VI u, const void *p) {
+        if constexpr (kVnni && kEmbed) {
+            __asm__("vpdpbusd (%2)%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "r"(p));
+            return acc;
+        } else {
+            return dot4<kUMax>(acc, u, bcst32(p));
+        }
+    }
+
+    // acc + sum over the 4 bytes of each lane of w (signed) * s (signed activations in [-127, 127], which
+    // quantize_row guarantees), exact: |w| and s with w's sign as vpmaddubsw operands (|w| <= 128 is a valid u8,
+    // negating s cannot overflow, |products| <= 128 * 127 so two fit int16). 3 instructions per weight vector and
+    // token plus |w| once per weight vector, where the unsigned form of a full-byte code needs the 16-bit path's 7.
+    static VI dot4s(VI acc, VI w, VI s) {
+        const VI s_signed = _mm512_mask_sub_epi8(s, _mm512_movepi8_mask(w), _mm512_setzero_si512(), s);
+        const VI pairs = _mm512_maddubs_epi16(_mm512_abs_epi8(w), s_signed);
+        return _mm512_add_epi32(acc, _mm512_madd_epi16(pairs, _mm512_set1_epi16(1)));
+    }
+
+    // bytes 0..15 of each 128-bit lane of `table` indexed by the low 4 bits of idx (idx < 16)
+    static VI lut16(VI table, VI idx) { return _mm512_shuffle_epi8(table, idx); }
+
+    // Q5_K: 0x10 in byte i where bit i of the 64-bit word at p is set (vi: which part of a tile row; 0 here).
+    static VI high_bit5(const uint8_t *p, int /*vi*/) {
+        uint64_t bits;
+        std::memcpy(&bits, p, 8);
+        return _mm512_maskz_mov_epi8(static_cast<__mmask64>(bits), _mm512_set1_epi8(0x10));
+    }
+    // Q6_K: (field << 4) in byte i, where byte j of the 16 bytes at p holds the 2-bit fields of bytes j, j+16,
+    // j+32, j+48 at bits 0, 2, 4, 6. A 64-bit shift moves bits across bytes, but the & 3 keeps only each byte's own.
+    static VI high_bits6(const uint8_t *p, int /*vi*/) {
+        const VI f = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+        const VI shifted = _mm512_srlv_epi64(f, _mm512_set_epi64(6, 6, 4, 4, 2, 2, 0, 0));
+        return _mm512_slli_epi16(_mm512_and_si512(shifted, _mm512_set1_epi8(3)), 4);
+    }
+
+    static VF fzero() { return _mm512_setzero_ps(); }
+    static VF castf(VI a) { return _mm512_castsi512_ps(a); }
+    static VI casti(VF a) { return _mm512_castps_si512(a); }
+    static VF fmin(VF a, VF b) { return _mm512_min_ps(a, b); }
+    static VF fmax(VF a, VF b) { return _mm512_max_ps(a, b); }
+    static VF fabs(VF a) { return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a), _mm512_set1_epi32(0x7FFFFFFF))); }
+    static VF div(VF a, VF b) { return _mm512_div_ps(a, b); }
+    static VF round_even(VF a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+    static VI cvt_round(VF a) { return _mm512_cvtps_epi32(a); }  // round to nearest even (default MXCSR)
+    static VI sll32_23(VI a) { return _mm512_slli_epi32(a, 23); }
+    static float hmax(VF a) { return _mm512_reduce_max_ps(a); }
+    // 16 int32 (already within [-128, 127]) to 16 int8 at p
+    static void store_i8(int8_t *p, VI a) { _mm_storeu_si128(reinterpret_cast<__m128i *>(p), _mm512_cvtsepi32_epi8(a)); }
+    // 16 bf16 <-> 16 fp32. To bf16: round to nearest even (NaN stays NaN).
+    static VF loadf_bf16(const uint16_t *p) {
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p))), 16));
+    }
+    static void storef_bf16(uint16_t *p, VF v) {
+        const VI u = _mm512_castps_si512(v);
+        const VI rounded = _mm512_srli_epi32(
+            _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)),
+                             _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))), 16);
+        const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+        const VI quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(64));
+        _mm256_storeu_si256(reinterpret_cast<__m256i *>(p), _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet)));
+    }
+    static VF fset1(float v) { return _mm512_set1_ps(v); }
+    static VF cvt(VI a) { return _mm512_cvtepi32_ps(a); }
+    static VF fmadd(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }     // a * b + c, one rounding
+    static VF fnmadd(VF a, VF b, VF c) { return _mm512_fnmadd_ps(a, b, c); }   // c - a * b, one rounding
+    static VF mul(VF a, VF b) { return _mm512_mul_ps(a, b); }
+    static VF add(VF a, VF b) { return _mm512_add_ps(a, b); }
+    static VF loadf(const float *p) { return _mm512_loadu_ps(p); }
+    static VF loadf_f16(const uint16_t *p) {
+        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
+    }
+    static VF loadf_u8(const uint8_t *p) {
+        return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))));
+    }
+    static VF loadf_i8(const int8_t *p) {
+        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))));
+    }
+    static void storef(float *p, VF v) { _mm512_storeu_ps(p, v); }
+    static void storef_n(float *p, VF v, int n) {
+        _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1u), v);
+    }
+
+    // dot2_bf16 against the pair of bf16 at p broadcast to every lane.
+    static VF dot2_bf16_bcst(VF acc, VI w, const void *p) {
+        return dot2_bf16(acc, w, bcst32(p));  // a folded broadcast measured slower here (79% vs 93% of peak)
+    }
+
+    // acc + w.odd * a.odd + w.even * a.even per lane (bf16 pairs), as VDPBF16PS orders it: the odd product is
+    // fused into acc first, then the even one (reference/amx-hwloc.md §1.2). Without AVX512-BF16 the same two
+    // FMAs are done on the widened values; results match except that VDPBF16PS flushes denormals.
+    static VF dot2_bf16(VF acc, VI w, VI a) {
+        if constexpr (kBf16) {
+            return _mm512_dpbf16_ps(acc, (__m512bh)w, (__m512bh)a);
+        } else {
+            const VI hi = _mm512_set1_epi32(static_cast<int32_t>(0xFFFF0000u));
+            acc = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(w, hi)),
+                                  _mm512_castsi512_ps(_mm512_and_si512(a, hi)), acc);
+            return _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w, 16)),
+                                   _mm512_castsi512_ps(_mm512_slli_epi32(a, 16)), acc);
+        }
+    }
+    // Brings the cache line at p into L2 ahead of use.
+    static void prefetch(const void *p) { _mm_prefetch(static_cast<const char *>(p), _MM_HINT_T1); }
+};
+
+}  // namespace kt::cpu::simd

@@ -1,0 +1,633 @@
+#include "moe/expert_pool.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <numeric>
+
+#include "backends/cpu/amx/amx_gemm.h"
+#include "core/log.h"
+#include "ops/types.h"
+
+namespace kt::moe {
+
+using cpu::GemmActs;
+using cpu::PackedLayout;
+using cpu::PackedMatrix;
+
+namespace {
+
+// Task granularity, chosen per call: gate/up tasks cover a block of rows of an expert's I shard, down tasks a block
+// of H columns (whole 32-wide panels). Long blocks make long contiguous weight streams (a block's panels are
+// adjacent in memory), which the prefetchers sustain better than many short ones: decode is bandwidth bound. Blocks
+// shrink (to one panel) until each group has at least kTasksPerThread tasks per thread, so that the last tasks
+// of a phase leave threads idle for a small share of it.
+constexpr int64_t kMaxBlock = 256;
+constexpr int64_t kTasksPerThread = 8;
+// Tokens per GEMM call inside a task: bounds the task's fp32 scratch (kTokenChunk x block floats per matrix).
+constexpr int64_t kTokenChunk = 64;
+constexpr int64_t kTileFloats = kTokenChunk * 2 * kMaxBlock;  // per thread: gate and up outputs (or down's)
+// Rows per item when quantizing activations / merging outputs.
+constexpr int64_t kRowChunk = 4;
+constexpr int64_t kMergeChunk = 1024;
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// The largest block (a multiple of 32, at most kMaxBlock) that still cuts `extent` x `count` into enough tasks.
+int64_t task_block(int64_t extent, int64_t count, int threads) {
+    int64_t block = kMaxBlock;
+    while (block > cpu::kPanel && count * ((extent + block - 1) / block) < kTasksPerThread * threads) block /= 2;
+    return block;
+}
+
+}  // namespace
+
+// This pool's part of one executor group: its I shard, the shard's packed weights (on the group's node).
+struct ExpertPool::Group {
+    int node = 0;
+    int64_t i_begin = 0, i_end = 0;
+    int64_t shard() const { return i_end - i_begin; }
+    PackedLayout gate_l, up_l, down_l;
+    size_t gate_stride = 0, up_stride = 0, down_stride = 0;  // bytes per expert
+    mem::NumaBuffer gate_w, up_w, down_w;
+    int64_t h_sums_ld = 0;
+
+    PackedMatrix gate(int64_t e) const { return {gate_l, gate_w.as<uint8_t>() + e * gate_stride}; }
+    PackedMatrix up(int64_t e) const { return {up_l, up_w.as<uint8_t>() + e * up_stride}; }
+    PackedMatrix down(int64_t e) const { return {down_l, down_w.as<uint8_t>() + e * down_stride}; }
+};
+
+// ------------------------------------------------------------------------------------------------------------
+// Creation
+
+Status ExpertPool::create(const ExpertPoolConfig &config, std::unique_ptr<ExpertPool> *out) {
+    std::unique_ptr<ExpertPool> pool(new ExpertPool());
+    KT_TRY(pool->init(config));
+    *out = std::move(pool);
+    return Status::ok();
+}
+
+Status ExpertPool::init(const ExpertPoolConfig &c) {
+    KT_RETURN_IF(c.n_experts < 1 || c.n_experts > (1 << 20), KT_STATUS_INVALID_ARGUMENT, "expert pool: n_experts = %lld",
+                 static_cast<long long>(c.n_experts));
+    KT_RETURN_IF(c.hidden < 1 || c.hidden > (1 << 20) || c.intermediate < 1 || c.intermediate > (1 << 20),
+                 KT_STATUS_INVALID_ARGUMENT, "expert pool: hidden = %lld, intermediate = %lld",
+                 static_cast<long long>(c.hidden), static_cast<long long>(c.intermediate));
+    KT_RETURN_IF(c.max_tokens < 1 || c.max_tokens > (1 << 24), KT_STATUS_INVALID_ARGUMENT, "expert pool: max_tokens = %lld",
+                 static_cast<long long>(c.max_tokens));
+    KT_RETURN_IF(c.max_top_k < 1 || c.max_top_k > 256 || c.max_top_k > c.n_experts * 4, KT_STATUS_INVALID_ARGUMENT,
+                 "expert pool: max_top_k = %d", c.max_top_k);
+    KT_RETURN_IF(c.max_in_flight < 1 || c.max_in_flight > 1024, KT_STATUS_INVALID_ARGUMENT,
+                 "expert pool: max_in_flight = %d", c.max_in_flight);
+    KT_RETURN_IF(!(c.swiglu.limit >= 0.0f) || !(c.swiglu.alpha >= 0.0f), KT_STATUS_INVALID_ARGUMENT,
+                 "expert pool: swiglu limit %g / alpha %g must be >= 0", c.swiglu.limit, c.swiglu.alpha);
+    config_ = c;
+    ExecutorConfig ec;
+    ec.n_threads = c.n_threads;
+    ec.numa = c.numa;
+    ec.numa_nodes = c.numa_nodes;
+    ec.spin_ns = c.spin_ns;
+    ec.topology = c.topology;
+    KT_TRY(Executor::acquire(ec, !c.private_threads, &executor_));
+    cpu::IsaLevel level = cpu::kernel_level();
+    if (static_cast<int>(c.max_isa) < static_cast<int>(level)) level = c.max_isa;
+    kernels_ = &cpu::best_kernel_set(level);
+    for (int g = 0; g < executor_->groups(); ++g) {
+        auto grp = std::make_unique<Group>();
+        grp->node = executor_->group(g).node;
+        groups_.push_back(std::move(grp));
+    }
+    recent_.assign(static_cast<size_t>(c.max_in_flight), 0);
+    mask_.reserve(static_cast<size_t>(c.n_experts));
+    info_.kernel_set = kernels_->name;
+    info_.groups = executor_->groups();
+    for (int g = 0; g < executor_->groups(); ++g) {
+        info_.group_nodes.push_back(executor_->group(g).node);
+        info_.group_threads.push_back(executor_->group(g).threads());
+    }
+    return Status::ok();
+}
+
+ExpertPool::~ExpertPool() {
+    if (executor_) executor_->wait_for(last_ticket_.load(std::memory_order_acquire));
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Jobs
+
+Status ExpertPool::submit(const ForwardArgs &args, uint64_t *ticket) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    KT_RETURN_IF(!loaded_, KT_STATUS_MISUSE, "expert pool: no weights loaded");
+    KT_TRY(validate(args));
+    // At most max_in_flight of this pool's jobs queued: wait for the one submitted max_in_flight jobs ago.
+    uint64_t &oldest = recent_[static_cast<size_t>(submitted_jobs_ % recent_.size())];
+    if (oldest) executor_->wait_for(oldest);
+    Job job;
+    job.kind = Job::kForward;
+    job.pool = this;
+    job.n_tokens = args.n_tokens;
+    job.top_k = args.top_k;
+    job.input = args.input;
+    job.ids = args.ids;
+    job.ids_i64 = args.ids_i64;
+    job.weights = args.weights;
+    job.output = args.output;
+    job.accumulate = args.accumulate;
+    job.masked = !mask_.empty();
+    job.mask.swap(mask_);  // lent to the executor, which copies it into the ring slot
+    uint64_t t = 0;
+    const Status s = executor_->enqueue(job, &t);
+    mask_.swap(job.mask);
+    KT_TRY(s);
+    oldest = t;
+    ++submitted_jobs_;
+    last_ticket_.store(t, std::memory_order_release);
+    if (ticket) *ticket = t;
+    return Status::ok();
+}
+
+Status ExpertPool::wait(uint64_t ticket) {
+    const uint64_t target = ticket == 0 ? last_ticket_.load(std::memory_order_acquire) : ticket;
+    KT_RETURN_IF(target > executor_->submitted(), KT_STATUS_INVALID_ARGUMENT,
+                 "expert pool: wait for ticket %llu, but only %llu jobs were submitted",
+                 static_cast<unsigned long long>(target), static_cast<unsigned long long>(executor_->submitted()));
+    executor_->wait_for(target);
+    std::lock_guard<std::mutex> lock(error_mutex_);
+    Status s = std::move(first_error_);
+    first_error_ = Status::ok();
+    return s;
+}
+
+Status ExpertPool::forward(const ForwardArgs &args) {
+    uint64_t ticket = 0;
+    KT_TRY(submit(args, &ticket));
+    return wait(ticket);
+}
+
+Status ExpertPool::set_mask(const uint8_t *mask, int64_t n) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!mask) {
+        mask_.clear();
+        return Status::ok();
+    }
+    KT_RETURN_IF(n != config_.n_experts, KT_STATUS_INVALID_ARGUMENT, "expert pool: mask of %lld entries for %lld experts",
+                 static_cast<long long>(n), static_cast<long long>(config_.n_experts));
+    mask_.assign(mask, mask + n);
+    return Status::ok();
+}
+
+Status ExpertPool::validate(const ForwardArgs &a) const {
+    KT_RETURN_IF(a.n_tokens < 0 || a.n_tokens > config_.max_tokens, KT_STATUS_INVALID_ARGUMENT,
+                 "expert pool: n_tokens = %lld (max_tokens %lld)", static_cast<long long>(a.n_tokens),
+                 static_cast<long long>(config_.max_tokens));
+    KT_RETURN_IF(a.top_k < 1 || a.top_k > config_.max_top_k, KT_STATUS_INVALID_ARGUMENT,
+                 "expert pool: top_k = %d (max_top_k %d)", a.top_k, config_.max_top_k);
+    if (a.n_tokens == 0) return Status::ok();
+    KT_RETURN_IF(!a.input || !a.ids || !a.weights || !a.output, KT_STATUS_INVALID_ARGUMENT,
+                 "expert pool: input, ids, weights and output must not be NULL");
+    const int64_t n = a.n_tokens * a.top_k;
+    for (int64_t i = 0; i < n; ++i) {
+        const int64_t id = a.ids_i64 ? static_cast<const int64_t *>(a.ids)[i] : static_cast<const int32_t *>(a.ids)[i];
+        KT_RETURN_IF(id < -1 || id >= config_.n_experts, KT_STATUS_INVALID_ARGUMENT,
+                     "expert pool: expert id %lld at token %lld slot %lld is out of range [-1, %lld)",
+                     static_cast<long long>(id), static_cast<long long>(i / a.top_k), static_cast<long long>(i % a.top_k),
+                     static_cast<long long>(config_.n_experts));
+    }
+    return Status::ok();
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Loading
+
+Status ExpertPool::load(const MatrixSource &gate, const MatrixSource &up, const MatrixSource &down,
+                        int64_t first_expert, int64_t n_experts) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    executor_->wait_for(last_ticket_.load(std::memory_order_acquire));  // none of this pool's jobs may be running
+    const auto start = std::chrono::steady_clock::now();
+    const int64_t E = config_.n_experts, H = config_.hidden, I = config_.intermediate;
+    if (n_experts < 0) n_experts = E - first_expert;
+    KT_RETURN_IF(first_expert < 0 || n_experts < 1 || first_expert + n_experts > E, KT_STATUS_INVALID_ARGUMENT,
+                 "expert pool: experts [%lld, %lld + %lld) of %lld", static_cast<long long>(first_expert),
+                 static_cast<long long>(first_expert), static_cast<long long>(n_experts), static_cast<long long>(E));
+    const int64_t n = n_experts;
+    KT_RETURN_IF(gate.rows != n * I || gate.cols != H || up.rows != n * I || up.cols != H, KT_STATUS_INVALID_ARGUMENT,
+                 "expert pool: gate/up must be [%lld x %lld][%lld], got [%lld][%lld] and [%lld][%lld]",
+                 static_cast<long long>(n), static_cast<long long>(I), static_cast<long long>(H),
+                 static_cast<long long>(gate.rows), static_cast<long long>(gate.cols), static_cast<long long>(up.rows),
+                 static_cast<long long>(up.cols));
+    KT_RETURN_IF(down.rows != n * H || down.cols != I, KT_STATUS_INVALID_ARGUMENT,
+                 "expert pool: down must be [%lld x %lld][%lld], got [%lld][%lld]", static_cast<long long>(n),
+                 static_cast<long long>(H), static_cast<long long>(I), static_cast<long long>(down.rows),
+                 static_cast<long long>(down.cols));
+    PackSpec gs, us, ds;
+    KT_TRY(pack_spec_for(gate, config_.format, config_.int4_group, &gs).with_context("gate"));
+    KT_TRY(pack_spec_for(up, config_.format, config_.int4_group, &us).with_context("up"));
+    KT_TRY(pack_spec_for(down, config_.format, config_.int4_group, &ds).with_context("down"));
+    KT_RETURN_IF((gs.type == cpu::PackedType::kBf16) != (us.type == cpu::PackedType::kBf16), KT_STATUS_UNSUPPORTED,
+                 "expert pool: gate (%s) and up (%s) must both be BF16 or both integer formats",
+                 cpu::packed_type_info(gs.type).name, cpu::packed_type_info(us.type).name);
+    const int64_t gran = std::lcm(int64_t{32}, slice_k_granularity(down, ds));
+    // A load of all experts, or of experts whose packed types differ from those in place, starts over; a load of
+    // some experts in the types in place replaces just those.
+    const bool same = allocated_ && gs.type == specs_[0].type && gs.group == specs_[0].group &&
+                      us.type == specs_[1].type && us.group == specs_[1].group && ds.type == specs_[2].type &&
+                      ds.group == specs_[2].group && gran == granularity_;
+    if (!same || n == E) {
+        loaded_ = false;
+        allocated_ = false;
+        KT_TRY(prepare(gs, us, ds, gran));
+        specs_[0] = gs;
+        specs_[1] = us;
+        specs_[2] = ds;
+        granularity_ = gran;
+        allocated_ = true;
+    }
+    KT_TRY(pack_experts(gate, up, down, first_expert, n));
+    loaded_ = true;
+    info_.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    KT_LOG_INFO_MSG("expert pool: loaded experts [%lld, %lld) of %lld (gate %s, up %s, down %s), %.1f MiB packed in %.2f s",
+                    static_cast<long long>(first_expert), static_cast<long long>(first_expert + n), static_cast<long long>(E),
+                    info_.gate_type.c_str(), info_.up_type.c_str(), info_.down_type.c_str(),
+                    static_cast<double>(info_.expert_bytes * static_cast<uint64_t>(n)) / (1 << 20), info_.load_seconds);
+    return Status::ok();
+}
+
+Status ExpertPool::prepare(const PackSpec &gs, const PackSpec &us, const PackSpec &ds, int64_t gran) {
+    const int64_t E = config_.n_experts, H = config_.hidden, I = config_.intermediate;
+    Executor &ex = *executor_;
+    // Shards of I: proportional to each group's threads, cut where every format allows (32-row panels for gate/up,
+    // the down format's K granularity).
+    const int n_groups = static_cast<int>(groups_.size());
+    int64_t begin = 0;
+    for (int g = 0; g < n_groups; ++g) {
+        Group &grp = *groups_[static_cast<size_t>(g)];
+        int64_t end = I;
+        if (g + 1 < n_groups) {
+            const int before = ex.group(g).t_end;  // threads of groups 0..g
+            end = std::max(begin, std::min(I, round_up(I * before / ex.threads(), gran)));
+        }
+        grp.i_begin = begin;
+        grp.i_end = end;
+        begin = end;
+    }
+
+    // Weights per group on its node; the scratch this pool needs, which the executor provides.
+    const int64_t max_slots = config_.max_tokens * config_.max_top_k;
+    ScratchNeeds need;
+    need.groups.resize(groups_.size());
+    need.experts = E;
+    need.slots = max_slots;
+    info_.weight_bytes = 0;
+    info_.shard_begin.clear();
+    info_.placement.clear();
+    shards_ = 0;
+    const Group *first = nullptr;
+    for (size_t g = 0; g < groups_.size(); ++g) {
+        Group &grp = *groups_[g];
+        const mem::Topology *topo = grp.node >= 0 ? &ex.topology() : nullptr;
+        info_.shard_begin.push_back(grp.i_begin);
+        grp.gate_w = mem::NumaBuffer();
+        grp.up_w = mem::NumaBuffer();
+        grp.down_w = mem::NumaBuffer();
+        if (grp.shard() == 0) {
+            info_.placement.emplace_back("empty");
+            continue;
+        }
+        ++shards_;
+        if (!first) first = &grp;
+        KT_TRY(cpu::packed_layout(gs.type, grp.shard(), H, gs.group, 0, &grp.gate_l).with_context("gate"));
+        KT_TRY(cpu::packed_layout(us.type, grp.shard(), H, us.group, 0, &grp.up_l).with_context("up"));
+        const int32_t offset = cpu::packed_type_info(ds.type).superblock > 0 ? static_cast<int32_t>(grp.i_begin % 256) : 0;
+        KT_TRY(cpu::packed_layout(ds.type, H, grp.shard(), ds.group, offset, &grp.down_l).with_context("down"));
+        grp.gate_stride = static_cast<size_t>(round_up(static_cast<int64_t>(grp.gate_l.bytes), 64));
+        grp.up_stride = static_cast<size_t>(round_up(static_cast<int64_t>(grp.up_l.bytes), 64));
+        grp.down_stride = static_cast<size_t>(round_up(static_cast<int64_t>(grp.down_l.bytes), 64));
+        KT_TRY(mem::NumaBuffer::allocate(grp.gate_stride * static_cast<size_t>(E), topo, grp.node, &grp.gate_w));
+        KT_TRY(mem::NumaBuffer::allocate(grp.up_stride * static_cast<size_t>(E), topo, grp.node, &grp.up_w));
+        KT_TRY(mem::NumaBuffer::allocate(grp.down_stride * static_cast<size_t>(E), topo, grp.node, &grp.down_w));
+        info_.weight_bytes += (grp.gate_stride + grp.up_stride + grp.down_stride) * static_cast<uint64_t>(E);
+        info_.placement.emplace_back(mem::placement_name(grp.gate_w.placement()));
+
+        ScratchNeeds::PerGroup &pg = need.groups[g];
+        const bool down_int = grp.down_l.type != cpu::PackedType::kBf16;
+        const size_t dkp = static_cast<size_t>(grp.down_l.kp), slots = static_cast<size_t>(max_slots);
+        pg.h = sizeof(float) * slots * static_cast<size_t>(grp.shard());
+        pg.hq = (down_int ? 1 : 2) * slots * dkp;
+        if (down_int) {
+            down_spec_ = cpu::quant_spec(grp.down_l);
+            grp.h_sums_ld = cpu::quant_sums_per_row(down_spec_, grp.shard());
+            pg.h_scale = sizeof(float) * slots;
+            pg.slot_amax = sizeof(float) * slots;
+            pg.h_sums = sizeof(int32_t) * slots * static_cast<size_t>(grp.h_sums_ld);
+        }
+        pg.partial = sizeof(float) * static_cast<size_t>(config_.max_tokens * H);
+        pg.tiles = sizeof(float) * static_cast<size_t>(kTileFloats * ex.group(static_cast<int>(g)).threads());
+    }
+    KT_RETURN_IF(!first, KT_STATUS_INTERNAL, "expert pool: no group received a shard of I = %lld", static_cast<long long>(I));
+    info_.gate_type = cpu::packed_type_info(first->gate_l.type).name;
+    info_.up_type = cpu::packed_type_info(first->up_l.type).name;
+    info_.down_type = cpu::packed_type_info(first->down_l.type).name;
+    info_.expert_bytes = info_.weight_bytes / static_cast<uint64_t>(E);
+    info_.shard_begin.push_back(I);
+
+    // The input's activation buffers (one quantization shared by gate and up when their formats agree).
+    gate_up_int_ = first->gate_l.type != cpu::PackedType::kBf16;
+    down_int_ = first->down_l.type != cpu::PackedType::kBf16;
+    x_ld_ = std::max(first->gate_l.kp, first->up_l.kp);
+    const size_t tokens = static_cast<size_t>(config_.max_tokens);
+    need.xq = (gate_up_int_ ? 1 : 2) * tokens * static_cast<size_t>(x_ld_);
+    if (gate_up_int_) {
+        gate_spec_ = cpu::quant_spec(first->gate_l);
+        up_spec_ = cpu::quant_spec(first->up_l);
+        separate_up_sums_ = !(up_spec_ == gate_spec_);
+        sums_gate_ld_ = cpu::quant_sums_per_row(gate_spec_, H);
+        sums_up_ld_ = cpu::quant_sums_per_row(up_spec_, H);
+        need.x_scale = sizeof(float) * tokens;
+        need.x_sums_gate = sizeof(int32_t) * tokens * static_cast<size_t>(sums_gate_ld_);
+        if (separate_up_sums_) need.x_sums_up = sizeof(int32_t) * tokens * static_cast<size_t>(sums_up_ld_);
+    }
+    return ex.reserve(need);
+}
+
+Status ExpertPool::pack_experts(const MatrixSource &gate, const MatrixSource &up, const MatrixSource &down,
+                                int64_t first_expert, int64_t n) {
+    const int64_t H = config_.hidden, I = config_.intermediate;
+    const PackSpec gs = specs_[0], us = specs_[1], ds = specs_[2];
+    Executor &ex = *executor_;
+    // Each group's threads pack that group's shard of every expert (first touch on the right node), from the
+    // driver thread so that thread 0 is on the first node too.
+    std::vector<Counter> next(groups_.size());
+    std::mutex err_mutex;
+    Status err;
+    auto pack_all = [&]() -> Status {
+        return ex.pool().run([&](int tid) {
+            const int g = ex.group_of(tid);
+            const Group &grp = *groups_[static_cast<size_t>(g)];
+            if (grp.shard() == 0) return;
+            for (;;) {
+                const int64_t item = next[static_cast<size_t>(g)].next.fetch_add(1, std::memory_order_relaxed);
+                if (item >= 3 * n) return;
+                const int64_t j = item / 3, e = first_expert + j;  // j: the expert's index in the sources
+                Status s;
+                switch (item % 3) {
+                    case 0:
+                        s = pack_slice(gate, gs, j * I + grp.i_begin, 0, grp.gate_l, 0, grp.gate_l.panels,
+                                       grp.gate_w.as<uint8_t>() + e * grp.gate_stride);
+                        break;
+                    case 1:
+                        s = pack_slice(up, us, j * I + grp.i_begin, 0, grp.up_l, 0, grp.up_l.panels,
+                                       grp.up_w.as<uint8_t>() + e * grp.up_stride);
+                        break;
+                    default:
+                        s = pack_slice(down, ds, j * H, grp.i_begin, grp.down_l, 0, grp.down_l.panels,
+                                       grp.down_w.as<uint8_t>() + e * grp.down_stride);
+                        break;
+                }
+                if (!s.is_ok()) {
+                    std::lock_guard<std::mutex> l(err_mutex);
+                    if (err.is_ok()) err = std::move(s);
+                }
+            }
+        });
+    };
+    KT_TRY(ex.run_on_driver(pack_all));
+    return err;
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Execution (on the executor's driver thread and workers)
+
+void ExpertPool::execute(Executor &ex, Job &job) {
+    if (job.n_tokens == 0) return;
+    Executor::Shared &sc = ex.shared();
+    const int64_t E = config_.n_experts;
+
+    // Bucket (token, slot) pairs by expert: counts, offsets, then a stable fill (tokens ascending per expert).
+    std::fill(sc.count.begin(), sc.count.begin() + E, 0);
+    auto id_at = [&](int64_t i) -> int64_t {
+        return job.ids_i64 ? static_cast<const int64_t *>(job.ids)[i] : static_cast<const int32_t *>(job.ids)[i];
+    };
+    auto skipped = [&](int64_t e) { return e < 0 || (job.masked && job.mask[static_cast<size_t>(e)]); };
+    const int64_t n = job.n_tokens * job.top_k;
+    for (int64_t i = 0; i < n; ++i)
+        if (!skipped(id_at(i))) ++sc.count[static_cast<size_t>(id_at(i))];
+    sc.n_active = 0;
+    sc.offset[0] = 0;
+    for (int64_t e = 0; e < E; ++e) {
+        sc.offset[static_cast<size_t>(e) + 1] = sc.offset[static_cast<size_t>(e)] + sc.count[static_cast<size_t>(e)];
+        if (sc.count[static_cast<size_t>(e)] > 0) sc.active[static_cast<size_t>(sc.n_active++)] = static_cast<int32_t>(e);
+    }
+    sc.n_slots = sc.offset[static_cast<size_t>(E)];
+    for (int64_t e = 0; e < E; ++e) sc.count[static_cast<size_t>(e)] = sc.offset[static_cast<size_t>(e)];  // write cursors
+    for (int64_t i = 0; i < n; ++i) {
+        const int64_t e = id_at(i);
+        if (skipped(e)) continue;
+        const int32_t s = sc.count[static_cast<size_t>(e)]++;
+        sc.slot_token[static_cast<size_t>(s)] = static_cast<int32_t>(i / job.top_k);
+        sc.slot_weight[static_cast<size_t>(s)] = job.weights[i];
+    }
+
+    sc.x_next.next.store(0, std::memory_order_relaxed);
+    sc.merge_next.next.store(0, std::memory_order_relaxed);
+    for (int g = 0; g < ex.groups(); ++g) {
+        Executor::Group &eg = ex.group(g);
+        eg.gate_up_next.next.store(0, std::memory_order_relaxed);
+        eg.amax_next.next.store(0, std::memory_order_relaxed);
+        eg.hq_next.next.store(0, std::memory_order_relaxed);
+        eg.down_next.next.store(0, std::memory_order_relaxed);
+        const int64_t shard = groups_[static_cast<size_t>(g)]->shard();
+        eg.i_block = task_block(shard, sc.n_active, eg.threads());
+        eg.h_block = task_block(config_.hidden, 1, eg.threads());
+    }
+    job.status = ex.pool().run([&](int tid) { run_phases(ex, job, tid); });
+    if (!job.status.is_ok()) {
+        std::lock_guard<std::mutex> lock(error_mutex_);
+        if (first_error_.is_ok()) first_error_ = job.status;
+    }
+}
+
+void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
+    Executor::Shared &sc = ex.shared();
+    const cpu::KernelSet &ks = *kernels_;
+    const int64_t H = config_.hidden, T = job.n_tokens;
+    const int g = ex.group_of(tid);
+    Executor::Group &eg = ex.group(g);
+    const Group &grp = *groups_[static_cast<size_t>(g)];
+    float *tile = eg.tiles.as<float>() + static_cast<int64_t>(tid - eg.t_begin) * kTileFloats;
+    // AMX kernels configure this thread's tiles once per job (the session restores them at the end).
+    cpu::amx::TileSession tile_session;
+    void *const session = ks.level == cpu::IsaLevel::kAmx ? &tile_session : nullptr;
+    int8_t *xq = sc.xq.as<int8_t>();
+    uint16_t *xb = sc.xq.as<uint16_t>();
+    float *x_scale = sc.x_scale.as<float>();
+    int32_t *x_sums_gate = sc.x_sums_gate.as<int32_t>(), *x_sums_up = sc.x_sums_up.as<int32_t>();
+
+    // 1. The input, quantized (or converted to bf16) once per token.
+    const size_t in_elt = config_.input_bf16 ? 2 : 4;
+    for (;;) {
+        const int64_t t0 = sc.x_next.next.fetch_add(kRowChunk, std::memory_order_relaxed);
+        if (t0 >= T) break;
+        for (int64_t t = t0; t < std::min(T, t0 + kRowChunk); ++t) {
+            const void *src = static_cast<const uint8_t *>(job.input) + static_cast<size_t>(t * H) * in_elt;
+            if (gate_up_int_) {
+                int8_t *q = xq + t * x_ld_;
+                x_scale[t] = ks.quantize_row(src, config_.input_bf16, H, x_ld_, q);
+                cpu::group_sums_row(q, H, gate_spec_, x_sums_gate + t * sums_gate_ld_);
+                if (separate_up_sums_) cpu::group_sums_row(q, H, up_spec_, x_sums_up + t * sums_up_ld_);
+            } else {
+                ks.convert_row_bf16(src, config_.input_bf16, H, x_ld_, xb + t * x_ld_);
+            }
+        }
+    }
+    ex.pool().barrier();
+
+    // Phases 2-4 run per group on its shard; every thread still reaches every all-thread barrier.
+    const int64_t shard = grp.shard();
+    float *h_all = eg.h.as<float>();
+    if (shard > 0) {
+        // 2. Gate and up on the same rows of each expert, then SwiGLU into h.
+        const int64_t ib = eg.i_block;
+        const int64_t iblocks = (shard + ib - 1) / ib;
+        const int64_t items = sc.n_active * iblocks;
+        float *tg = tile, *tu = tile + kTokenChunk * ib;
+        for (;;) {
+            const int64_t item = eg.gate_up_next.next.fetch_add(1, std::memory_order_relaxed);
+            if (item >= items) break;
+            const int64_t e = sc.active[static_cast<size_t>(item / iblocks)];
+            const int64_t n0 = (item % iblocks) * ib, n1 = std::min(shard, n0 + ib);
+            const int64_t s_begin = sc.offset[static_cast<size_t>(e)], s_end = sc.offset[static_cast<size_t>(e) + 1];
+            for (int64_t s0 = s_begin; s0 < s_end; s0 += kTokenChunk) {
+                const int64_t m = std::min(kTokenChunk, s_end - s0);
+                GemmActs acts;
+                acts.tile_session = session;
+                acts.rows = sc.slot_token.data() + s0;
+                if (gate_up_int_) {
+                    acts.q = xq;
+                    acts.q_ld = x_ld_;
+                    acts.scale = x_scale;
+                    acts.sums = x_sums_gate;
+                    acts.sums_ld = sums_gate_ld_;
+                } else {
+                    acts.bf16 = xb;
+                    acts.bf16_ld = x_ld_;
+                }
+                // Each GEMM prefetches the weights the next one reads: up's panels of this block, then gate's
+                // panels of the next item.
+                acts.prefetch_next = grp.up(e).tile(n0 / cpu::kPanel, 0, 0);
+                cpu::gemm(ks, grp.gate(e), acts, m, n0, n1, tg, ib);
+                if (separate_up_sums_) {
+                    acts.sums = x_sums_up;
+                    acts.sums_ld = sums_up_ld_;
+                }
+                acts.prefetch_next = nullptr;
+                if (item + 1 < items && s0 + kTokenChunk >= s_end) {
+                    const int64_t ne = sc.active[static_cast<size_t>((item + 1) / iblocks)];
+                    acts.prefetch_next = grp.gate(ne).tile(((item + 1) % iblocks) * ib / cpu::kPanel, 0, 0);
+                }
+                cpu::gemm(ks, grp.up(e), acts, m, n0, n1, tu, ib);
+                for (int64_t i = 0; i < m; ++i)
+                    ks.swiglu_row(tg + i * ib, tu + i * ib, n1 - n0, config_.swiglu, h_all + (s0 + i) * shard + n0);
+            }
+        }
+        eg.barrier->arrive_and_wait();
+
+        // 3a. With several shards, each row of h is quantized with one scale from the whole row (max |h| over all
+        //     shards), so that sharded results equal unsharded ones up to fp32 rounding.
+        if (down_int_ && shards_ > 1) {
+            for (;;) {
+                const int64_t s0 = eg.amax_next.next.fetch_add(kRowChunk, std::memory_order_relaxed);
+                if (s0 >= sc.n_slots) break;
+                for (int64_t s = s0; s < std::min(sc.n_slots, s0 + kRowChunk); ++s)
+                    eg.slot_amax.as<float>()[s] = ks.row_amax(h_all + s * shard, false, shard);
+            }
+        }
+    }
+    if (down_int_ && shards_ > 1) ex.pool().barrier();
+    if (shard > 0) {
+        // 3b. h quantized once per (token, slot) row for the down projection.
+        const int64_t dkp = grp.down_l.kp;
+        for (;;) {
+            const int64_t s0 = eg.hq_next.next.fetch_add(kRowChunk, std::memory_order_relaxed);
+            if (s0 >= sc.n_slots) break;
+            for (int64_t s = s0; s < std::min(sc.n_slots, s0 + kRowChunk); ++s) {
+                const float *h = h_all + s * shard;
+                if (down_int_) {
+                    int8_t *q = eg.hq.as<int8_t>() + s * dkp;
+                    float amax;
+                    if (shards_ > 1) {
+                        amax = 0.0f;
+                        for (int og = 0; og < ex.groups(); ++og)
+                            if (groups_[static_cast<size_t>(og)]->shard() > 0)
+                                amax = std::max(amax, ex.group(og).slot_amax.as<float>()[s]);
+                    } else {
+                        amax = ks.row_amax(h, false, shard);
+                    }
+                    eg.h_scale.as<float>()[s] = ks.quantize_row_amax(h, false, shard, dkp, amax, q);
+                    cpu::group_sums_row(q, shard, down_spec_, eg.h_sums.as<int32_t>() + s * grp.h_sums_ld);
+                } else {
+                    ks.convert_row_bf16(h, false, shard, dkp, eg.hq.as<uint16_t>() + s * dkp);
+                }
+            }
+        }
+        eg.barrier->arrive_and_wait();
+
+        // 4. Down projection per block of H columns over every active expert, weighted into the partial output.
+        const int64_t hblk = eg.h_block;
+        const int64_t hblocks = (H + hblk - 1) / hblk;
+        float *td = tile;
+        float *partial = eg.partial.as<float>();
+        for (;;) {
+            const int64_t hb = eg.down_next.next.fetch_add(1, std::memory_order_relaxed);
+            if (hb >= hblocks) break;
+            const int64_t h0 = hb * hblk, h1 = std::min(H, h0 + hblk);
+            for (int64_t t = 0; t < T; ++t) std::memset(partial + t * H + h0, 0, sizeof(float) * static_cast<size_t>(h1 - h0));
+            for (int64_t ai = 0; ai < sc.n_active; ++ai) {
+                const int64_t e = sc.active[static_cast<size_t>(ai)];
+                const int64_t s_begin = sc.offset[static_cast<size_t>(e)], s_end = sc.offset[static_cast<size_t>(e) + 1];
+                for (int64_t s0 = s_begin; s0 < s_end; s0 += kTokenChunk) {
+                    const int64_t m = std::min(kTokenChunk, s_end - s0);
+                    GemmActs acts;
+                    acts.tile_session = session;
+                    if (down_int_) {
+                        acts.q = eg.hq.as<int8_t>() + s0 * dkp;
+                        acts.q_ld = dkp;
+                        acts.scale = eg.h_scale.as<float>() + s0;
+                        acts.sums = eg.h_sums.as<int32_t>() + s0 * grp.h_sums_ld;
+                        acts.sums_ld = grp.h_sums_ld;
+                    } else {
+                        acts.bf16 = eg.hq.as<uint16_t>() + s0 * dkp;
+                        acts.bf16_ld = dkp;
+                    }
+                    // Prefetch the next active expert's panels of these columns while this one computes.
+                    if (ai + 1 < sc.n_active && s0 + kTokenChunk >= s_end)
+                        acts.prefetch_next = grp.down(sc.active[static_cast<size_t>(ai) + 1]).tile(h0 / cpu::kPanel, 0, 0);
+                    cpu::gemm(ks, grp.down(e), acts, m, h0, h1, td, hblk);
+                    for (int64_t i = 0; i < m; ++i) {
+                        const int64_t s = s0 + i;
+                        ks.axpy_row(sc.slot_weight[static_cast<size_t>(s)], td + i * hblk, h1 - h0,
+                                    partial + sc.slot_token[static_cast<size_t>(s)] * H + h0);
+                    }
+                }
+            }
+        }
+    }
+    ex.pool().barrier();
+
+    // 5. out = (accumulate ? out : 0) + the groups' partial sums, in group order.
+    const float *srcs[64];
+    const int64_t chunks = (H + kMergeChunk - 1) / kMergeChunk;
+    const size_t out_elt = config_.output_bf16 ? 2 : 4;
+    for (;;) {
+        const int64_t item = sc.merge_next.next.fetch_add(1, std::memory_order_relaxed);
+        if (item >= T * chunks) break;
+        const int64_t t = item / chunks, c0 = (item % chunks) * kMergeChunk, c1 = std::min(H, c0 + kMergeChunk);
+        int n_src = 0;
+        for (int og = 0; og < ex.groups(); ++og)
+            if (groups_[static_cast<size_t>(og)]->shard() > 0) srcs[n_src++] = ex.group(og).partial.as<float>() + t * H + c0;
+        void *dst = static_cast<uint8_t *>(job.output) + static_cast<size_t>(t * H + c0) * out_elt;
+        ks.merge_row(srcs, n_src, c1 - c0, dst, config_.output_bf16, job.accumulate);
+    }
+    (void)tile_session.end();  // a no-op unless AMX ran on this thread
+}
+
+}  // namespace kt::moe

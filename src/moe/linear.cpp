@@ -1,0 +1,93 @@
+#include "moe/linear.h"
+
+#include <algorithm>
+#include <mutex>
+
+namespace kt::moe {
+namespace {
+
+// Panels per task: enough work per hand-out, enough tasks to balance (decode GEMVs are short).
+int64_t panel_grain(int64_t panels, int threads) { return std::max<int64_t>(1, panels / (8 * std::max(threads, 1))); }
+
+}  // namespace
+
+Status PackedLinear::create(const MatrixSource &w, TargetFormat format, const float *bias, const cpu::KernelSet &kernels,
+                            ThreadPool *pool, std::unique_ptr<PackedLinear> *out) {
+    std::unique_ptr<PackedLinear> l(new PackedLinear());
+    l->kernels_ = &kernels;
+    PackSpec spec;
+    KT_TRY(pack_spec_for(w, format, 128, &spec));
+    KT_TRY(slice_layout(w, spec, 0, w.rows, 0, w.cols, &l->matrix_.layout));
+    const cpu::PackedLayout &layout = l->matrix_.layout;
+    KT_TRY(mem::NumaBuffer::allocate(layout.bytes, nullptr, -1, &l->buffer_));
+    l->matrix_.data = l->buffer_.as<uint8_t>();
+    if (layout.type != cpu::PackedType::kBf16) {
+        l->spec_ = cpu::quant_spec(layout);
+        l->sums_ld_ = cpu::quant_sums_per_row(l->spec_, layout.k);
+    }
+    if (bias) l->bias_.assign(bias, bias + w.rows);
+    std::mutex failed_mutex;
+    Status failed;
+    auto pack = [&](int64_t p0, int64_t p1, int) {
+        Status s = pack_slice(w, spec, 0, 0, layout, p0, p1, l->buffer_.as<uint8_t>());
+        if (!s.is_ok()) {
+            std::lock_guard<std::mutex> lock(failed_mutex);
+            if (failed.is_ok()) failed = std::move(s);
+        }
+    };
+    if (pool)
+        KT_TRY(pool->parallel_for(layout.panels, 4, pack));
+    else
+        pack(0, layout.panels, 0);
+    KT_TRY(std::move(failed));
+    *out = std::move(l);
+    return Status::ok();
+}
+
+void PackedLinear::forward(const float *x, int64_t n_tokens, float *y, int64_t ldy, Workspace *ws,
+                           ThreadPool *pool) const {
+    if (n_tokens <= 0) return;
+    const cpu::KernelSet &ks = *kernels_;
+    const int64_t K = matrix_.layout.k, N = matrix_.layout.n, kp = matrix_.layout.kp;
+    cpu::GemmActs acts;
+    auto run = [&](int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t, int)> fn) {
+        if (pool && n > 1)
+            (void)pool->parallel_for(n, grain, fn);
+        else
+            fn(0, n, 0);
+    };
+    if (matrix_.layout.type == cpu::PackedType::kBf16) {
+        ws->bf16.resize(static_cast<size_t>(n_tokens * kp));
+        run(n_tokens, 8, [&](int64_t t0, int64_t t1, int) {
+            for (int64_t t = t0; t < t1; ++t) ks.convert_row_bf16(x + t * K, false, K, kp, ws->bf16.data() + t * kp);
+        });
+        acts.bf16 = ws->bf16.data();
+        acts.bf16_ld = kp;
+    } else {
+        ws->q.resize(static_cast<size_t>(n_tokens * kp));
+        ws->scale.resize(static_cast<size_t>(n_tokens));
+        ws->sums.resize(static_cast<size_t>(n_tokens * sums_ld_));
+        run(n_tokens, 8, [&](int64_t t0, int64_t t1, int) {
+            for (int64_t t = t0; t < t1; ++t) {
+                int8_t *q = ws->q.data() + t * kp;
+                ws->scale[static_cast<size_t>(t)] = ks.quantize_row(x + t * K, false, K, kp, q);
+                cpu::group_sums_row(q, K, spec_, ws->sums.data() + t * sums_ld_);
+            }
+        });
+        acts.q = ws->q.data();
+        acts.q_ld = kp;
+        acts.scale = ws->scale.data();
+        acts.sums = ws->sums.data();
+        acts.sums_ld = sums_ld_;
+    }
+    const int64_t panels = matrix_.layout.panels;
+    run(panels, panel_grain(panels, pool ? pool->size() : 1), [&](int64_t p0, int64_t p1, int) {
+        const int64_t n0 = p0 * cpu::kPanel, n1 = std::min(p1 * cpu::kPanel, N);
+        cpu::gemm(ks, matrix_, acts, n_tokens, n0, n1, y + n0, ldy);
+        if (!bias_.empty())
+            for (int64_t t = 0; t < n_tokens; ++t)
+                for (int64_t n = n0; n < n1; ++n) y[t * ldy + n] += bias_[static_cast<size_t>(n)];
+    });
+}
+
+}  // namespace kt::moe

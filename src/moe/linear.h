@@ -1,0 +1,60 @@
+// PackedLinear: a dense layer y[T][N] = W[N][K] . x[T][K] (+ bias) on the expert engine's kernels: a dense
+// projection or an output head is a one-expert pool without SwiGLU.
+//
+// The weights are packed once (kept in their GGUF quantization where a kernel reads it, else converted as
+// TargetFormat says: by default float types become BF16 and other quantized types Q8_0), each token's activations
+// are quantized (or rounded to bf16) once per call, and the GEMM runs over 32-column panels on the caller's thread
+// pool, so the numerics are exactly the expert pool's (kernels.h).
+//
+// Thread safety: a PackedLinear is immutable after create(); forward() may run concurrently on different
+// Workspaces.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backends/cpu/kernels.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "mem/numa_buffer.h"
+#include "moe/weights.h"
+
+namespace kt::moe {
+
+class PackedLinear {
+public:
+    // Activation buffers of one caller (grow to the largest call, then reused: no allocation in steady state).
+    struct Workspace {
+        std::vector<int8_t> q;
+        std::vector<float> scale;
+        std::vector<int32_t> sums;
+        std::vector<uint16_t> bf16;
+    };
+
+    // Packs `w` ([N][K] rows of any type kt reads), in parallel on `pool` when given. bias: N floats, copied;
+    // may be nullptr.
+    static Status create(const MatrixSource &w, TargetFormat format, const float *bias, const cpu::KernelSet &kernels,
+                         ThreadPool *pool, std::unique_ptr<PackedLinear> *out);
+
+    int64_t in_features() const { return matrix_.layout.k; }
+    int64_t out_features() const { return matrix_.layout.n; }
+    const cpu::PackedLayout &layout() const { return matrix_.layout; }
+    uint64_t bytes() const { return matrix_.layout.bytes; }
+
+    // y[t][n] for t < n_tokens (x: [n_tokens][K] fp32, y: [n_tokens][ldy], ldy >= N), on `pool` (nullptr: the
+    // calling thread).
+    void forward(const float *x, int64_t n_tokens, float *y, int64_t ldy, Workspace *ws, ThreadPool *pool) const;
+
+private:
+    PackedLinear() = default;
+
+    const cpu::KernelSet *kernels_ = nullptr;
+    mem::NumaBuffer buffer_;
+    cpu::PackedMatrix matrix_;
+    cpu::QuantSpec spec_;
+    int64_t sums_ld_ = 0;
+    std::vector<float> bias_;
+};
+
+}  // namespace kt::moe

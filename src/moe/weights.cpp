@@ -1,0 +1,371 @@
+#include "moe/weights.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backends/cpu/pack.h"
+#include "core/checked_math.h"
+#include "core/fp16.h"
+#include "ops/ref/blocks.h"
+#include "ops/ref/quants_ref.h"
+#include "ops/types.h"
+
+namespace kt::moe {
+
+using cpu::PackedType;
+
+// ------------------------------------------------------------------------------------------------------------
+// Quantizers
+
+float int8_row_scale(const float *w, int64_t n) {
+    float amax = 0.0f;
+    for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(w[i]));
+    return amax / 127.0f;
+}
+
+int8_t quantize_int8(float w, float scale) {
+    if (!(scale > 0.0f)) return 0;
+    return static_cast<int8_t>(std::clamp(std::nearbyint(w / scale), -127.0f, 127.0f));
+}
+
+float int4_group_scale(const float *w, int64_t n) {
+    float amax = 0.0f;
+    for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(w[i]));
+    return amax / 7.0f;
+}
+
+int8_t quantize_int4(float w, float scale) {
+    if (!(scale > 0.0f)) return 0;
+    return static_cast<int8_t>(std::clamp(std::nearbyint(w / scale), -8.0f, 7.0f));
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Sources and specs
+
+Status make_source(int32_t type, const void *data, int64_t rows, int64_t cols, MatrixSource *out) {
+    const ops::TypeTraits *t = ops::type_traits(type);
+    KT_RETURN_IF(!t || !ref::can_dequantize(type), KT_STATUS_UNSUPPORTED, "weights: type %d cannot be read", type);
+    KT_RETURN_IF(data == nullptr, KT_STATUS_INVALID_ARGUMENT, "weights: data is NULL");
+    KT_RETURN_IF(rows < 1 || cols < 1, KT_STATUS_INVALID_ARGUMENT, "weights: shape [%lld, %lld]",
+                 static_cast<long long>(rows), static_cast<long long>(cols));
+    KT_RETURN_IF(cols % t->block_size != 0, KT_STATUS_INVALID_ARGUMENT,
+                 "weights: %s rows of %lld values are not a whole number of %lld-value blocks", t->name,
+                 static_cast<long long>(cols), static_cast<long long>(t->block_size));
+    MatrixSource s;
+    s.type = type;
+    s.data = static_cast<const uint8_t *>(data);
+    s.rows = rows;
+    s.cols = cols;
+    s.row_bytes = ops::row_bytes(*t, cols);
+    *out = s;
+    return Status::ok();
+}
+
+bool native_packed_type(int32_t gguf_type, PackedType *out) {
+    switch (gguf_type) {
+        case KT_TYPE_Q4_0: *out = PackedType::kQ4_0; return true;
+        case KT_TYPE_Q8_0: *out = PackedType::kQ8_0; return true;
+        case KT_TYPE_Q4_K: *out = PackedType::kQ4_K; return true;
+        case KT_TYPE_Q5_K: *out = PackedType::kQ5_K; return true;
+        case KT_TYPE_Q6_K: *out = PackedType::kQ6_K; return true;
+        case KT_TYPE_IQ4_XS: *out = PackedType::kIq4Xs; return true;
+        case KT_TYPE_BF16: *out = PackedType::kBf16; return true;
+        default: return false;
+    }
+}
+
+Status pack_spec_for(const MatrixSource &src, TargetFormat target, int32_t int4_group, PackSpec *out) {
+    PackSpec spec;
+    switch (target) {
+        case TargetFormat::kAsSource:
+            // Types without a kernel of their own become the closest one: float types BF16, quantized types
+            // Q8_0 (8-bit codes with a scale per 32 values hold any <= 6-bit block format within 1/254 of a step).
+            if (!native_packed_type(src.type, &spec.type))
+                spec.type = (src.type == KT_TYPE_F32 || src.type == KT_TYPE_F16 || src.type == KT_TYPE_F64)
+                                ? PackedType::kBf16
+                                : PackedType::kQ8_0;
+            break;
+        case TargetFormat::kInt8: spec.type = PackedType::kInt8; break;
+        case TargetFormat::kInt4:
+            KT_RETURN_IF(int4_group != 32 && int4_group != 64 && int4_group != 128, KT_STATUS_INVALID_ARGUMENT,
+                         "weights: INT4 group size %d (must be 32, 64 or 128)", int4_group);
+            spec.type = PackedType::kInt4;
+            spec.group = int4_group;
+            break;
+        case TargetFormat::kBf16: spec.type = PackedType::kBf16; break;
+        default: return Status::error(KT_STATUS_INVALID_ARGUMENT, "weights: unknown target format %d", static_cast<int>(target));
+    }
+    *out = spec;
+    return Status::ok();
+}
+
+namespace {
+
+bool converts(const MatrixSource &src, const PackSpec &spec) {
+    PackedType native;
+    return !(native_packed_type(src.type, &native) && native == spec.type && spec.type != PackedType::kInt8 &&
+             spec.type != PackedType::kInt4);
+}
+
+bool superblock_type(PackedType t) { return cpu::packed_type_info(t).superblock > 0; }
+
+}  // namespace
+
+int64_t slice_k_granularity(const MatrixSource &src, const PackSpec &spec) {
+    if (spec.type == PackedType::kInt4) return spec.group;
+    if (spec.type == PackedType::kQ8_0) return 32;
+    if (converts(src, spec)) return 1;                 // the row is decoded whole, then quantized per element
+    if (superblock_type(spec.type)) return 128;        // a super-block may be cut in halves (superblock_k_offset)
+    return ops::type_traits(src.type)->block_size;     // Q4_0, Q8_0: 32; BF16: 1
+}
+
+Status slice_layout(const MatrixSource &src, const PackSpec &spec, int64_t r0, int64_t r1, int64_t k0, int64_t k1,
+                    cpu::PackedLayout *out) {
+    KT_RETURN_IF(r0 < 0 || r1 > src.rows || r0 >= r1 || k0 < 0 || k1 > src.cols || k0 >= k1,
+                 KT_STATUS_INVALID_ARGUMENT, "weights: slice rows [%lld, %lld) cols [%lld, %lld) of a [%lld, %lld] matrix",
+                 static_cast<long long>(r0), static_cast<long long>(r1), static_cast<long long>(k0),
+                 static_cast<long long>(k1), static_cast<long long>(src.rows), static_cast<long long>(src.cols));
+    const int64_t gran = slice_k_granularity(src, spec);
+    KT_RETURN_IF(k0 % gran != 0 || (k1 != src.cols && k1 % gran != 0), KT_STATUS_INVALID_ARGUMENT,
+                 "weights: slice cols [%lld, %lld) are not on %lld-column boundaries", static_cast<long long>(k0),
+                 static_cast<long long>(k1), static_cast<long long>(gran));
+    const int32_t offset = superblock_type(spec.type) ? static_cast<int32_t>(k0 % 256) : 0;
+    return cpu::packed_layout(spec.type, r1 - r0, k1 - k0, spec.group, offset, out);
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Row decoding: one source row into the packer's fields, for the whole row (slices point into it).
+
+namespace {
+
+struct RowScratch {
+    std::vector<float> f32;
+    std::vector<uint8_t> codes;
+    std::vector<uint16_t> bf16;
+    std::vector<float> f32_scale;
+    std::vector<uint16_t> f16_group, f16_super, f16_super2;
+    std::vector<uint8_t> u8_group, u8_group2;
+    std::vector<int8_t> i8_group;
+};
+
+// Fills the whole-row fields for `row` of src as spec.type; *fields points at element/group/super-block 0.
+void decode_row(const MatrixSource &src, const PackSpec &spec, int64_t row, RowScratch *s, cpu::RowFields *f) {
+    const int64_t n = src.cols;
+    const uint8_t *p = src.data + row * src.row_bytes;
+    *f = cpu::RowFields();
+    if (converts(src, spec)) {
+        s->f32.resize(static_cast<size_t>(n));
+        ref::dequantize_row(src.type, p, s->f32.data(), n);
+        const float *w = s->f32.data();
+        switch (spec.type) {
+            case PackedType::kInt8: {
+                s->codes.resize(static_cast<size_t>(n));
+                s->f32_scale.assign(1, int8_row_scale(w, n));
+                for (int64_t i = 0; i < n; ++i) s->codes[static_cast<size_t>(i)] = static_cast<uint8_t>(quantize_int8(w[i], s->f32_scale[0]));
+                f->codes = s->codes.data();
+                f->f32_scale = s->f32_scale.data();
+                return;
+            }
+            case PackedType::kInt4: {
+                const int64_t g = spec.group, groups = (n + g - 1) / g;
+                s->codes.resize(static_cast<size_t>(n));
+                s->f32_scale.resize(static_cast<size_t>(groups));
+                for (int64_t j = 0; j < groups; ++j) {
+                    const int64_t b = j * g, len = std::min(g, n - b);
+                    const float sc = int4_group_scale(w + b, len);
+                    s->f32_scale[static_cast<size_t>(j)] = sc;
+                    for (int64_t i = b; i < b + len; ++i) s->codes[static_cast<size_t>(i)] = static_cast<uint8_t>(quantize_int4(w[i], sc));
+                }
+                f->codes = s->codes.data();
+                f->f32_scale = s->f32_scale.data();
+                return;
+            }
+            case PackedType::kQ8_0: {  // GGUF Q8_0 blocks: d = amax / 127 rounded to f16, q = round(w / d)
+                const int64_t nb = n / ref::kQK;
+                s->codes.resize(static_cast<size_t>(n));
+                s->f16_group.resize(static_cast<size_t>(nb));
+                for (int64_t b = 0; b < nb; ++b) {
+                    const uint16_t d16 = f32_to_fp16(int8_row_scale(w + b * ref::kQK, ref::kQK));
+                    s->f16_group[static_cast<size_t>(b)] = d16;
+                    const float d = fp16_to_f32(d16);
+                    for (int64_t i = b * ref::kQK; i < (b + 1) * ref::kQK; ++i)
+                        s->codes[static_cast<size_t>(i)] = static_cast<uint8_t>(quantize_int8(w[i], d));
+                }
+                f->codes = s->codes.data();
+                f->f16_group = s->f16_group.data();
+                return;
+            }
+            default: {  // kBf16 from any other type
+                s->bf16.resize(static_cast<size_t>(n));
+                for (int64_t i = 0; i < n; ++i) s->bf16[static_cast<size_t>(i)] = f32_to_bf16(w[i]);
+                f->bf16 = s->bf16.data();
+                return;
+            }
+        }
+    }
+
+    // Kept as stored: GGUF blocks to codes and scale fields.
+    switch (spec.type) {
+        case PackedType::kBf16: f->bf16 = reinterpret_cast<const uint16_t *>(p); return;  // may be unaligned: see below
+        case PackedType::kQ4_0:
+        case PackedType::kQ8_0: {
+            const int64_t nb = n / ref::kQK;
+            s->codes.resize(static_cast<size_t>(n));
+            s->f16_group.resize(static_cast<size_t>(nb));
+            for (int64_t b = 0; b < nb; ++b) {
+                uint8_t *c = s->codes.data() + b * ref::kQK;
+                if (spec.type == PackedType::kQ4_0) {
+                    ref::BlockQ4_0 blk;
+                    std::memcpy(&blk, p + b * sizeof blk, sizeof blk);
+                    s->f16_group[static_cast<size_t>(b)] = blk.d;
+                    for (int j = 0; j < ref::kQK / 2; ++j) {
+                        c[j] = blk.qs[j] & 0x0F;
+                        c[j + ref::kQK / 2] = blk.qs[j] >> 4;
+                    }
+                } else {
+                    ref::BlockQ8_0 blk;
+                    std::memcpy(&blk, p + b * sizeof blk, sizeof blk);
+                    s->f16_group[static_cast<size_t>(b)] = blk.d;
+                    std::memcpy(c, blk.qs, ref::kQK);
+                }
+            }
+            f->codes = s->codes.data();
+            f->f16_group = s->f16_group.data();
+            return;
+        }
+        default: break;
+    }
+
+    // Super-block formats.
+    const int64_t nsb = n / ref::kQKK;
+    s->codes.resize(static_cast<size_t>(n));
+    s->f16_super.resize(static_cast<size_t>(nsb));
+    uint8_t *codes = s->codes.data();
+    switch (spec.type) {
+        case PackedType::kQ4_K:
+        case PackedType::kQ5_K: {
+            s->f16_super2.resize(static_cast<size_t>(nsb));
+            s->u8_group.resize(static_cast<size_t>(nsb * 8));
+            s->u8_group2.resize(static_cast<size_t>(nsb * 8));
+            for (int64_t b = 0; b < nsb; ++b) {
+                const uint8_t *qs, *scales, *qh = nullptr;
+                uint16_t d, dmin;
+                ref::BlockQ4_K b4;
+                ref::BlockQ5_K b5;
+                if (spec.type == PackedType::kQ4_K) {
+                    std::memcpy(&b4, p + b * sizeof b4, sizeof b4);
+                    qs = b4.qs, scales = b4.scales, d = b4.d, dmin = b4.dmin;
+                } else {
+                    std::memcpy(&b5, p + b * sizeof b5, sizeof b5);
+                    qs = b5.qs, scales = b5.scales, qh = b5.qh, d = b5.d, dmin = b5.dmin;
+                }
+                s->f16_super[static_cast<size_t>(b)] = d;
+                s->f16_super2[static_cast<size_t>(b)] = dmin;
+                for (int j = 0; j < 8; ++j)
+                    ref::unpack_k4_scale_min(j, scales, &s->u8_group[static_cast<size_t>(b * 8 + j)],
+                                             &s->u8_group2[static_cast<size_t>(b * 8 + j)]);
+                uint8_t *c = codes + b * ref::kQKK;
+                for (int chunk = 0; chunk < 4; ++chunk) {
+                    for (int l = 0; l < 32; ++l) {
+                        const uint8_t q = qs[32 * chunk + l];
+                        uint8_t lo = q & 0x0F, hi = q >> 4;
+                        if (qh) {
+                            lo = static_cast<uint8_t>(lo | (((qh[l] >> (2 * chunk)) & 1) << 4));
+                            hi = static_cast<uint8_t>(hi | (((qh[l] >> (2 * chunk + 1)) & 1) << 4));
+                        }
+                        c[64 * chunk + l] = lo;
+                        c[64 * chunk + 32 + l] = hi;
+                    }
+                }
+            }
+            f->u8_group = s->u8_group.data();
+            f->u8_group2 = s->u8_group2.data();
+            f->f16_super2 = s->f16_super2.data();
+            break;
+        }
+        case PackedType::kQ6_K: {
+            s->i8_group.resize(static_cast<size_t>(nsb * 16));
+            for (int64_t b = 0; b < nsb; ++b) {
+                ref::BlockQ6_K blk;
+                std::memcpy(&blk, p + b * sizeof blk, sizeof blk);
+                s->f16_super[static_cast<size_t>(b)] = blk.d;
+                std::memcpy(s->i8_group.data() + b * 16, blk.scales, 16);
+                uint8_t *c = codes + b * ref::kQKK;
+                for (int half = 0; half < 2; ++half) {
+                    const uint8_t *ql = blk.ql + 64 * half, *qh = blk.qh + 32 * half;
+                    uint8_t *y = c + 128 * half;
+                    for (int l = 0; l < 32; ++l) {
+                        y[l] = static_cast<uint8_t>((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4));
+                        y[l + 32] = static_cast<uint8_t>((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4));
+                        y[l + 64] = static_cast<uint8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+                        y[l + 96] = static_cast<uint8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+                    }
+                }
+            }
+            f->i8_group = s->i8_group.data();
+            break;
+        }
+        case PackedType::kIq4Xs: {
+            s->i8_group.resize(static_cast<size_t>(nsb * 8));
+            for (int64_t b = 0; b < nsb; ++b) {
+                ref::BlockIq4Xs blk;
+                std::memcpy(&blk, p + b * sizeof blk, sizeof blk);
+                s->f16_super[static_cast<size_t>(b)] = blk.d;
+                uint8_t *c = codes + b * ref::kQKK;
+                for (int ib = 0; ib < 8; ++ib) {
+                    const int ls = ((blk.scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0F) | (((blk.scales_h >> (2 * ib)) & 3) << 4);
+                    s->i8_group[static_cast<size_t>(b * 8 + ib)] = static_cast<int8_t>(ls - 32);
+                    for (int j = 0; j < 16; ++j) {
+                        c[32 * ib + j] = blk.qs[16 * ib + j] & 0x0F;
+                        c[32 * ib + 16 + j] = blk.qs[16 * ib + j] >> 4;
+                    }
+                }
+            }
+            f->i8_group = s->i8_group.data();
+            break;
+        }
+        default: break;
+    }
+    f->codes = codes;
+    f->f16_super = s->f16_super.data();
+}
+
+}  // namespace
+
+Status pack_slice(const MatrixSource &src, const PackSpec &spec, int64_t r0, int64_t k0, const cpu::PackedLayout &layout,
+                  int64_t p0, int64_t p1, uint8_t *dst) {
+    KT_RETURN_IF(p0 < 0 || p1 > layout.panels || p0 > p1, KT_STATUS_INVALID_ARGUMENT, "pack: panels [%lld, %lld) of %lld",
+                 static_cast<long long>(p0), static_cast<long long>(p1), static_cast<long long>(layout.panels));
+    RowScratch scratch;
+    std::vector<uint16_t> bf16_copy;
+    const cpu::PackedTypeInfo &info = cpu::packed_type_info(spec.type);
+    const int64_t group = layout.group > 0 ? layout.group : 1;
+    cpu::pack_panels(layout, p0, p1, [&](int64_t row, cpu::RowFields *out) {
+        cpu::RowFields whole;
+        decode_row(src, spec, r0 + row, &scratch, &whole);
+        cpu::RowFields f = whole;
+        if (f.codes) f.codes += k0;
+        if (f.bf16) {
+            // GGUF BF16 rows may sit at any even address: copy the slice (the packer reads it element by element).
+            bf16_copy.resize(static_cast<size_t>(layout.k));
+            std::memcpy(bf16_copy.data(), reinterpret_cast<const uint8_t *>(whole.bf16) + 2 * k0,
+                        sizeof(uint16_t) * static_cast<size_t>(layout.k));
+            f.bf16 = bf16_copy.data();
+        }
+        if (spec.type == PackedType::kInt4) f.f32_scale += k0 / group;
+        if (f.f16_group) f.f16_group += k0 / group;
+        if (f.u8_group) f.u8_group += k0 / group;
+        if (f.u8_group2) f.u8_group2 += k0 / group;
+        if (f.i8_group) f.i8_group += k0 / group;
+        if (info.superblock > 0) {
+            if (f.f16_super) f.f16_super += k0 / 256;
+            if (f.f16_super2) f.f16_super2 += k0 / 256;
+        }
+        *out = f;
+    }, dst);
+    return Status::ok();
+}
+
+}  // namespace kt::moe

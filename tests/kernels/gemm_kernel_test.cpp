@@ -1,0 +1,236 @@
+// The GEMM kernels of every kernel set this host can run (scalar, AVX2, AVX-512 with and without VNNI / BF16),
+// for every packed format, against a double-precision reference computed from the GGUF reference dequantizer and
+// the activation quantization stated in kernels.h; and across kernel sets, bit for bit.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/kernels.h"
+#include "core/fp16.h"
+#include "mem/numa_buffer.h"
+#include "moe/weights.h"
+#include "ops/types.h"
+#include "support/quant_test_support.h"
+#include "support/test_support.h"
+
+using namespace kt;
+using cpu::PackedType;
+
+namespace {
+
+struct Case {
+    int32_t src_type;
+    moe::TargetFormat target;
+    int32_t group;  // INT4
+    std::vector<int64_t> ks;
+};
+
+std::vector<const cpu::KernelSet *> all_sets() {
+    const cpu::KernelSet *sets[16];
+    const int n = cpu::supported_kernel_sets(sets, 16);
+    return std::vector<const cpu::KernelSet *>(sets, sets + n);
+}
+
+// The weights the kernel should be computing with: dequantized source, or the stated INT8 / INT4 / BF16 rounding.
+std::vector<double> expected_weights(const Case &c, const std::vector<uint8_t> &src, int64_t rows, int64_t cols) {
+    const std::vector<float> w = test::dequantize_rows(c.src_type, src, rows, cols);
+    std::vector<double> out(w.begin(), w.end());
+    if (c.target == moe::TargetFormat::kInt8) {
+        for (int64_t r = 0; r < rows; ++r) {
+            float amax = 0.0f;
+            for (int64_t k = 0; k < cols; ++k) amax = std::max(amax, std::fabs(w[r * cols + k]));
+            const float s = amax / 127.0f;
+            for (int64_t k = 0; k < cols; ++k)
+                out[r * cols + k] = s > 0 ? static_cast<double>(std::nearbyint(w[r * cols + k] / s)) * s : 0.0;
+        }
+    } else if (c.target == moe::TargetFormat::kInt4) {
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t g = 0; g < cols; g += c.group) {
+                float amax = 0.0f;
+                for (int64_t k = g; k < g + c.group; ++k) amax = std::max(amax, std::fabs(w[r * cols + k]));
+                const float s = amax / 7.0f;
+                for (int64_t k = g; k < g + c.group; ++k) {
+                    const float q = s > 0 ? std::min(7.0f, std::max(-8.0f, std::nearbyint(w[r * cols + k] / s))) : 0.0f;
+                    out[r * cols + k] = static_cast<double>(q) * s;
+                }
+            }
+    } else if (c.target == moe::TargetFormat::kBf16) {
+        for (size_t i = 0; i < w.size(); ++i) out[i] = bf16_to_f32(f32_to_bf16(w[i]));
+    }
+    return out;
+}
+
+bool is_bf16(const Case &c) {
+    return c.target == moe::TargetFormat::kBf16 || (c.target == moe::TargetFormat::kAsSource && c.src_type == KT_TYPE_BF16);
+}
+
+// Runs one GEMM with `ks` over rows [r0, r0 + n) x columns [k0, k0 + k) of a [rows, cols] source.
+std::vector<float> run_gemm(const cpu::KernelSet &ks, const Case &c, const moe::MatrixSource &src, int64_t r0, int64_t n,
+                            int64_t k0, int64_t k, const std::vector<float> &x /* [m][k] */, int64_t m) {
+    moe::PackSpec spec;
+    REQUIRE(moe::pack_spec_for(src, c.target, c.group, &spec).is_ok());
+    cpu::PackedLayout layout;
+    const Status ls = moe::slice_layout(src, spec, r0, r0 + n, k0, k0 + k, &layout);
+    INFO(ls.message());
+    REQUIRE(ls.is_ok());
+    mem::NumaBuffer buf;
+    REQUIRE(mem::NumaBuffer::allocate(layout.bytes, nullptr, -1, &buf).is_ok());
+    REQUIRE(moe::pack_slice(src, spec, r0, k0, layout, 0, layout.panels, buf.as<uint8_t>()).is_ok());
+    cpu::PackedMatrix w{layout, buf.as<uint8_t>()};
+
+    cpu::GemmActs a;
+    std::vector<int8_t> q;
+    std::vector<float> scale;
+    std::vector<int32_t> sums;
+    std::vector<uint16_t> bf;
+    if (layout.type == PackedType::kBf16) {
+        bf.resize(static_cast<size_t>(m * layout.kp));
+        for (int64_t i = 0; i < m; ++i) ks.convert_row_bf16(x.data() + i * k, false, k, layout.kp, bf.data() + i * layout.kp);
+        a.bf16 = bf.data();
+        a.bf16_ld = layout.kp;
+    } else {
+        const cpu::QuantSpec qs = cpu::quant_spec(layout);
+        const int64_t ns = cpu::quant_sums_per_row(qs, k);
+        q.resize(static_cast<size_t>(m * layout.kp));
+        scale.resize(static_cast<size_t>(m));
+        sums.resize(static_cast<size_t>(m * ns));
+        for (int64_t i = 0; i < m; ++i) {
+            scale[static_cast<size_t>(i)] = ks.quantize_row(x.data() + i * k, false, k, layout.kp, q.data() + i * layout.kp);
+            cpu::group_sums_row(q.data() + i * layout.kp, k, qs, sums.data() + i * ns);
+        }
+        a.q = q.data();
+        a.q_ld = layout.kp;
+        a.scale = scale.data();
+        a.sums = sums.data();
+        a.sums_ld = ns;
+    }
+    const int64_t ldc = n + 3;
+    std::vector<float> out(static_cast<size_t>(m * ldc), -12345.0f);
+    cpu::gemm(ks, w, a, m, 0, n, out.data(), ldc);
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = n; j < ldc; ++j) CHECK(out[static_cast<size_t>(i * ldc + j)] == -12345.0f);  // nothing past n_end
+    std::vector<float> result(static_cast<size_t>(m * n));
+    for (int64_t i = 0; i < m; ++i) std::memcpy(&result[i * n], &out[i * ldc], sizeof(float) * n);
+    return result;
+}
+
+void check_case(const Case &c, uint64_t seed) {
+    const auto sets = all_sets();
+    const int64_t rows = 70;
+    for (int64_t cols : c.ks) {
+        const std::vector<uint8_t> bytes = test::random_gguf_rows(c.src_type, rows, cols, seed + cols);
+        moe::MatrixSource src;
+        REQUIRE(moe::make_source(c.src_type, bytes.data(), rows, cols, &src).is_ok());
+        const std::vector<double> wref = expected_weights(c, bytes, rows, cols);
+
+        // Whole matrices of several widths, and a K slice starting mid-super-block where the format allows one.
+        struct Slice {
+            int64_t r0, n, k0, k;
+        };
+        std::vector<Slice> slices = {{0, rows, 0, cols}, {0, 1, 0, cols}, {5, 31, 0, cols}, {32, 33, 0, cols}};
+        moe::PackSpec spec;
+        REQUIRE(moe::pack_spec_for(src, c.target, c.group, &spec).is_ok());
+        const int64_t gran = moe::slice_k_granularity(src, spec);
+        if (cols > gran && cols % gran == 0) slices.push_back({3, 40, gran, cols - gran});
+
+        for (const Slice &sl : slices) {
+            for (int64_t m : {1, 2, 3, 5, 9}) {
+                INFO("type " << ops::type_traits(c.src_type)->name << " target " << static_cast<int>(c.target) << " group "
+                             << c.group << " K " << cols << " rows [" << sl.r0 << "+" << sl.n << ") cols [" << sl.k0
+                             << "+" << sl.k << ") m " << m);
+                const std::vector<float> x = test::random_normal(static_cast<size_t>(m * sl.k), seed * 7 + m);
+
+                // Reference: activations quantized (or bf16-rounded) as kernels.h states, sums in double.
+                std::vector<double> expect(static_cast<size_t>(m * sl.n)), magnitude(expect.size());
+                for (int64_t i = 0; i < m; ++i) {
+                    const float *xi = x.data() + i * sl.k;
+                    float amax = 0.0f;
+                    for (int64_t kk = 0; kk < sl.k; ++kk) amax = std::max(amax, std::fabs(xi[kk]));
+                    const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+                    for (int64_t j = 0; j < sl.n; ++j) {
+                        double sum = 0, mag = 0;
+                        for (int64_t kk = 0; kk < sl.k; ++kk) {
+                            const double a = is_bf16(c) ? static_cast<double>(bf16_to_f32(f32_to_bf16(xi[kk])))
+                                                        : static_cast<double>(std::nearbyint(xi[kk] * inv)) * (amax / 127.0f);
+                            const double wv = wref[static_cast<size_t>((sl.r0 + j) * cols + sl.k0 + kk)];
+                            sum += a * wv;
+                            mag += std::fabs(a * wv);
+                        }
+                        expect[static_cast<size_t>(i * sl.n + j)] = sum;
+                        magnitude[static_cast<size_t>(i * sl.n + j)] = mag;
+                    }
+                }
+
+                std::vector<float> first;
+                for (const cpu::KernelSet *ks : sets) {
+                    INFO("kernel set " << ks->name);
+                    const std::vector<float> y = run_gemm(*ks, c, src, sl.r0, sl.n, sl.k0, sl.k, x, m);
+                    int64_t bad = 0;
+                    double worst = 0;
+                    for (size_t e = 0; e < y.size(); ++e) {
+                        const double err = std::fabs(static_cast<double>(y[e]) - expect[e]);
+                        // fp32 rounding of group partial sums: a few ulps of the sum of |products|.
+                        const double bound = 4e-6 * magnitude[e] + 1e-30;
+                        worst = std::max(worst, err / bound);
+                        bad += !(err <= bound);
+                    }
+                    INFO("worst error / bound = " << worst);
+                    CHECK(bad == 0);
+                    if (first.empty()) {
+                        first = y;
+                    } else {
+                        CHECK(std::memcmp(first.data(), y.data(), sizeof(float) * y.size()) == 0);  // same bits on every ISA
+                    }
+                }
+            }
+        }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("gemm kernels: this host's kernel sets") {
+    const auto sets = all_sets();
+    std::string names;
+    for (const auto *s : sets) names += std::string(s->name) + " ";
+    INFO("kernel sets: " << names);
+    CHECK(sets.front()->level == cpu::IsaLevel::kScalar);
+    CHECK(sets.size() >= 1);
+}
+
+TEST_CASE("gemm kernels: INT8 per channel from F32 and F16") {
+    check_case({KT_TYPE_F32, moe::TargetFormat::kInt8, 0, {1, 7, 64, 100, 200}}, 11);
+    check_case({KT_TYPE_F16, moe::TargetFormat::kInt8, 0, {96}}, 12);
+}
+
+TEST_CASE("gemm kernels: INT4 with groups of 32 64 and 128") {
+    check_case({KT_TYPE_F32, moe::TargetFormat::kInt4, 32, {32, 96, 160}}, 21);
+    check_case({KT_TYPE_F32, moe::TargetFormat::kInt4, 64, {64, 192}}, 22);
+    check_case({KT_TYPE_BF16, moe::TargetFormat::kInt4, 128, {128, 384}}, 23);
+}
+
+TEST_CASE("gemm kernels: BF16 kept and converted") {
+    check_case({KT_TYPE_BF16, moe::TargetFormat::kAsSource, 0, {2, 30, 64, 98}}, 31);
+    check_case({KT_TYPE_F32, moe::TargetFormat::kBf16, 0, {1, 33}}, 32);
+}
+
+TEST_CASE("gemm kernels: Q8_0 and Q4_0 as stored") {
+    check_case({KT_TYPE_Q8_0, moe::TargetFormat::kAsSource, 0, {32, 96, 160}}, 41);
+    check_case({KT_TYPE_Q4_0, moe::TargetFormat::kAsSource, 0, {32, 96, 256}}, 42);
+}
+
+TEST_CASE("gemm kernels: K-quants and IQ4_XS as stored") {
+    check_case({KT_TYPE_Q4_K, moe::TargetFormat::kAsSource, 0, {256, 768}}, 51);
+    check_case({KT_TYPE_Q5_K, moe::TargetFormat::kAsSource, 0, {256, 512}}, 52);
+    check_case({KT_TYPE_Q6_K, moe::TargetFormat::kAsSource, 0, {256, 768}}, 53);
+    check_case({KT_TYPE_IQ4_XS, moe::TargetFormat::kAsSource, 0, {256, 512}}, 54);
+}
+
+TEST_CASE("gemm kernels: other GGUF types converted to INT8 and BF16") {
+    check_case({KT_TYPE_Q4_K, moe::TargetFormat::kInt8, 0, {256}}, 61);
+    check_case({KT_TYPE_Q3_K, moe::TargetFormat::kBf16, 0, {256}}, 62);
+    check_case({KT_TYPE_Q5_0, moe::TargetFormat::kInt4, 32, {64}}, 63);
+}

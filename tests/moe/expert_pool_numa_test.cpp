@@ -1,0 +1,105 @@
+// Sharded against unsharded: on a fake 2-node machine (HWLOC_SYNTHETIC, set by the ctest entries in
+// tests/moe/CMakeLists.txt), a pool that splits every expert's intermediate dimension across two worker groups must
+// give the results of a pool with one group, up to fp32 reassociation of the split down projection.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "moe_test_support.h"
+#include "support/test_support.h"
+
+using namespace kt;
+using namespace kt::test;
+
+namespace {
+
+struct Shape {
+    const char *name;
+    int32_t src_type, format, group;
+    int64_t hidden, inter;
+};
+
+kt_expert_pool_info info_of(kt_expert_pool *pool) {
+    kt_expert_pool_info info;
+    info.struct_size = sizeof info;
+    REQUIRE(kt_expert_pool_get_info(pool, &info) == KT_STATUS_OK);
+    return info;
+}
+
+double max_relative_difference(const std::vector<float> &a, const std::vector<float> &b) {
+    double scale = 0, diff = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
+        diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+    }
+    return scale > 0 ? diff / scale : diff;
+}
+
+}  // namespace
+
+TEST_CASE("numa: sharded pools equal unsharded pools") {
+    const char *synthetic = std::getenv("HWLOC_SYNTHETIC");
+    INFO("HWLOC_SYNTHETIC=" << (synthetic ? synthetic : "(unset)"));
+    const Shape shapes[] = {
+        {"INT8, shards with a tail", KT_TYPE_F32, KT_EXPERT_WEIGHTS_INT8, 0, 96, 100},
+        {"INT4 g128", KT_TYPE_F32, KT_EXPERT_WEIGHTS_INT4, 128, 128, 256},
+        {"BF16", KT_TYPE_BF16, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 64, 96},
+        {"Q8_0", KT_TYPE_Q8_0, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 64, 128},
+        {"Q4_K (a shard starts mid-super-block)", KT_TYPE_Q4_K, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 256, 256},
+        {"Q6_K", KT_TYPE_Q6_K, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 256, 512},
+    };
+    for (const Shape &sh : shapes) {
+        INFO(sh.name);
+        const ExpertWeights w = make_experts(sh.src_type, sh.format, sh.group, 6, sh.hidden, sh.inter, 21);
+        kt_expert_pool *sharded = make_pool(w, sh.format, sh.group, 40, 8, KT_NUMA_AUTO);
+        kt_expert_pool *single = make_pool(w, sh.format, sh.group, 40, 8, KT_NUMA_OFF);
+        const kt_expert_pool_info si = info_of(sharded), ui = info_of(single);
+        INFO("sharded: " << si.description);
+        REQUIRE(si.n_numa_groups == 2);  // the fake topology is in effect
+        CHECK(ui.n_numa_groups == 1);
+        CHECK(std::string(si.description).find("I [0, ") != std::string::npos);
+
+        for (const auto &call : {std::pair<int64_t, int32_t>{1, 8}, {7, 3}, {40, 8}}) {
+            const Routing r = make_routing(call.first, call.second, 6, 31 + call.first);
+            const std::vector<float> x = random_normal(static_cast<size_t>(call.first * sh.hidden), 41 + call.first);
+            const std::vector<float> a = run_forward(sharded, x, r), b = run_forward(single, x, r);
+            const double d = max_relative_difference(a, b);
+            INFO(call.first << " tokens, top-" << call.second << ": max |sharded - unsharded| / max |y| = " << d);
+            CHECK(d < 1e-5);
+            const bool bf16 = sh.format == KT_EXPERT_WEIGHTS_AS_SOURCE && sh.src_type == KT_TYPE_BF16;
+            CHECK(normalized_error(a, emulated_reference(w, x, r, nullptr, bf16)) < kEmulatedBound);
+        }
+        kt_expert_pool_free(sharded);
+        kt_expert_pool_free(single);
+    }
+}
+
+TEST_CASE("numa: a pool on the second node only") {
+    const ExpertWeights w = make_experts(KT_TYPE_Q8_0, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 4, 64, 64, 22);
+    kt_expert_pool_params p;
+    kt_expert_pool_params_init(&p);
+    p.n_experts = 4;
+    p.hidden_size = 64;
+    p.intermediate_size = 64;
+    p.max_tokens = 8;
+    p.numa_policy = KT_NUMA_NODES;
+    const int32_t nodes[] = {1};
+    p.n_numa_nodes = 1;
+    p.numa_nodes = nodes;
+    kt_expert_pool *pool = nullptr;
+    REQUIRE(kt_expert_pool_create(&p, &pool, nullptr) == KT_STATUS_OK);
+    kt_expert_weights ew = {sizeof ew, KT_TYPE_Q8_0, KT_TYPE_Q8_0, KT_TYPE_Q8_0, w.gate.data(), w.up.data(), w.down.data()};
+    REQUIRE(kt_expert_pool_load(pool, &ew) == KT_STATUS_OK);
+    const kt_expert_pool_info info = info_of(pool);
+    INFO(info.description);
+    CHECK(info.n_numa_groups == 1);
+    CHECK(std::string(info.description).find("node 1") != std::string::npos);
+    const Routing r = make_routing(5, 4, 4, 23);
+    const std::vector<float> x = random_normal(static_cast<size_t>(5 * 64), 24);
+    CHECK(normalized_error(run_forward(pool, x, r), emulated_reference(w, x, r, nullptr, false)) < kEmulatedBound);
+    kt_expert_pool_free(pool);
+}

@@ -1,0 +1,98 @@
+// PackedLinear (dense layers and output heads on the expert engine's kernels) for every weight type kt reads,
+// against a double-precision reference with the activation rounding the kernels state (kernels.h).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "backends/cpu/kernels.h"
+#include "core/fp16.h"
+#include "core/thread_pool.h"
+#include "moe/linear.h"
+#include "ops/types.h"
+#include "support/quant_test_support.h"
+#include "support/test_support.h"
+
+using namespace kt;
+
+namespace {
+
+// The weights PackedLinear computes with for the default format (kAsSource): the dequantized source, except that
+// float sources become BF16 and quantized types without a kernel Q8_0.
+std::vector<double> expected_weights(int32_t type, const std::vector<uint8_t> &bytes, int64_t n, int64_t k) {
+    const std::vector<float> w = test::dequantize_rows(type, bytes, n, k);
+    std::vector<double> out(w.begin(), w.end());
+    cpu::PackedType native;
+    if (moe::native_packed_type(type, &native)) return out;
+    if (type == KT_TYPE_F32 || type == KT_TYPE_F16) {
+        for (size_t i = 0; i < w.size(); ++i) out[i] = bf16_to_f32(f32_to_bf16(w[i]));
+        return out;
+    }
+    for (int64_t b = 0; b < n * k; b += 32) {  // Q8_0: d = f16(amax / 127), q = round(w / d)
+        float amax = 0;
+        for (int64_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(w[i]));
+        const float d = fp16_to_f32(f32_to_fp16(amax / 127.0f));
+        for (int64_t i = b; i < b + 32; ++i) out[i] = d > 0 ? std::nearbyint(w[i] / d) * d : 0.0;
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("packed linear: every weight type kt reads, with tails, bias and threads") {
+    ThreadPoolOptions po;
+    po.n_threads = 2;
+    std::unique_ptr<ThreadPool> pool;
+    REQUIRE(ThreadPool::create(po, &pool).is_ok());
+    const cpu::KernelSet &ks = cpu::best_kernel_set(cpu::kernel_level());
+    struct Case {
+        int32_t type;
+        int64_t n, k;
+    };
+    const Case cases[] = {{KT_TYPE_F32, 100, 70},   {KT_TYPE_F16, 33, 64},    {KT_TYPE_BF16, 65, 50},
+                          {KT_TYPE_Q8_0, 100, 96},  {KT_TYPE_Q4_0, 40, 64},   {KT_TYPE_Q4_K, 70, 256},
+                          {KT_TYPE_Q5_K, 32, 512},  {KT_TYPE_Q6_K, 100, 256}, {KT_TYPE_IQ4_XS, 36, 256},
+                          {KT_TYPE_Q3_K, 40, 256},  {KT_TYPE_Q2_K, 31, 256},  {KT_TYPE_IQ4_NL, 20, 64}};
+    for (const Case &c : cases) {
+        INFO(ops::type_traits(c.type)->name << " [" << c.n << " x " << c.k << "], kernels " << ks.name);
+        const std::vector<uint8_t> bytes = test::random_gguf_rows(c.type, c.n, c.k, 100 + c.n);
+        moe::MatrixSource src;
+        REQUIRE(moe::make_source(c.type, bytes.data(), c.n, c.k, &src).is_ok());
+        const std::vector<float> bias = test::random_normal(static_cast<size_t>(c.n), 5);
+        std::unique_ptr<moe::PackedLinear> lin;
+        const Status s = moe::PackedLinear::create(src, moe::TargetFormat::kAsSource, bias.data(), ks, pool.get(), &lin);
+        INFO(s.message());
+        REQUIRE(s.is_ok());
+        CHECK(lin->in_features() == c.k);
+        CHECK(lin->out_features() == c.n);
+        const std::vector<double> w = expected_weights(c.type, bytes, c.n, c.k);
+        const bool bf16 = lin->layout().type == cpu::PackedType::kBf16;
+        moe::PackedLinear::Workspace ws;
+        for (int64_t T : {1, 3, 17}) {
+            const std::vector<float> x = test::random_normal(static_cast<size_t>(T * c.k), 7 + T);
+            const int64_t ldy = c.n + 5;
+            std::vector<float> y(static_cast<size_t>(T * ldy), 1234.5f);
+            lin->forward(x.data(), T, y.data(), ldy, &ws, T == 3 ? nullptr : pool.get());
+            double err = 0, norm = 0;
+            for (int64_t t = 0; t < T; ++t) {
+                const float *xt = x.data() + t * c.k;
+                float amax = 0;
+                for (int64_t i = 0; i < c.k; ++i) amax = std::max(amax, std::fabs(xt[i]));
+                const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+                for (int64_t j = 0; j < c.n; ++j) {
+                    double ref = bias[static_cast<size_t>(j)];
+                    for (int64_t i = 0; i < c.k; ++i) {
+                        const double a = bf16 ? bf16_to_f32(f32_to_bf16(xt[i])) : std::nearbyint(xt[i] * inv) * (amax / 127.0f);
+                        ref += w[static_cast<size_t>(j * c.k + i)] * a;
+                    }
+                    const double d = y[static_cast<size_t>(t * ldy + j)] - ref;
+                    err += d * d;
+                    norm += ref * ref;
+                }
+                for (int64_t j = c.n; j < ldy; ++j) CHECK(y[static_cast<size_t>(t * ldy + j)] == 1234.5f);
+            }
+            INFO(T << " tokens: normalised error " << std::sqrt(err / norm));
+            CHECK(std::sqrt(err / norm) < 1e-5);  // fp32 accumulation only: the rounding of x is in the reference
+        }
+    }
+}

@@ -4,7 +4,7 @@
 //   kt-run -m MODEL --tokens 1,2,3 [--ids] [--logits OUT.f32]
 //
 // A text prompt is tokenized with the model's vocabulary (BOS added as the vocabulary says, special tokens such as
-// <|im_start|> recognised); generated tokens are streamed as text (whole UTF-8 characters only) or, with --ids or a
+// <|im_start|> recognised) and echoed; generated tokens are streamed after it as text (whole UTF-8 characters only) or, with --ids or a
 // model without a vocabulary, as ids on one line. Generation stops at the vocabulary's end-of-generation tokens
 // unless --ignore-eos. --logits writes the logits of every prompt position as raw little-endian f32, n_tokens x
 // n_vocab, position-major, for comparison with other implementations. Timing goes to stderr.
@@ -243,6 +243,7 @@ int main(int argc, char **argv) {
     int64_t generated = 0;
     int32_t reason = KT_STOP_MAX_TOKENS;
     if (status == 0 && n_predict > 0) {
+        if (printer.detokenizer && !prompt_text.empty()) std::fputs(prompt_text.c_str(), stdout);  // echo, as text
         kt_generate_params gp;
         kt_generate_params_init(&gp);
         gp.max_tokens = n_predict;

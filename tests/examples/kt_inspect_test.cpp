@@ -1,6 +1,5 @@
 // kt-inspect as a program: output on golden files, --json, --dump against the golden values, and exit codes
 // on broken input and bad usage.
-#include <sys/wait.h>
 
 #include <catch2/catch.hpp>
 #include <cstdio>
@@ -13,56 +12,39 @@
 
 namespace {
 
-struct Run {
-    int exit_code;
-    std::string output;  // stdout and stderr
-};
-
-Run run(const std::string &args) {
-    const std::string cmd = std::string(KT_INSPECT_EXE) + " " + args + " 2>&1";
-    FILE *pipe = popen(cmd.c_str(), "r");
-    REQUIRE(pipe != nullptr);
-    Run r{-1, ""};
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, n);
-    const int status = pclose(pipe);
-    REQUIRE(WIFEXITED(status));  // a signal (crash) is always a failure
-    r.exit_code = WEXITSTATUS(status);
-    return r;
-}
+kt::test::ProgramRun run(const std::string &args) { return kt::test::run_program(std::string(KT_INSPECT_EXE) + " " + args); }
 
 }  // namespace
 
 TEST_CASE("kt-inspect prints header, metadata, tensors and totals") {
     const std::string file = kt::test::testdata_path("models/qwen3moe.q4_k_m.gguf");
-    Run r = run("'" + file + "'");
-    INFO(r.output);
+    kt::test::ProgramRun r = run("'" + file + "'");
+    INFO(r.all());
     REQUIRE(r.exit_code == 0);
-    CHECK(r.output.find("architecture: qwen3moe") != std::string::npos);
-    CHECK(r.output.find("tokenizer.ggml.tokens") != std::string::npos);
-    CHECK(r.output.find("[str x 512]") != std::string::npos);  // long arrays are summarised
-    CHECK(r.output.find("blk.1.ffn_down_exps.weight") != std::string::npos);
-    CHECK(r.output.find("-- totals by type --") != std::string::npos);
+    CHECK(r.all().find("architecture: qwen3moe") != std::string::npos);
+    CHECK(r.all().find("tokenizer.ggml.tokens") != std::string::npos);
+    CHECK(r.all().find("[str x 512]") != std::string::npos);  // long arrays are summarised
+    CHECK(r.all().find("blk.1.ffn_down_exps.weight") != std::string::npos);
+    CHECK(r.all().find("-- totals by type --") != std::string::npos);
     // The README of the golden models lists this file as F32x11, Q4_Kx7, Q5_0x1, Q5_1x2, Q6_Kx1, Q8_0x5.
-    CHECK(r.output.find("Q4_K           7") != std::string::npos);
-    CHECK(r.output.find("Q5_1           2") != std::string::npos);
+    CHECK(r.all().find("Q4_K           7") != std::string::npos);
+    CHECK(r.all().find("Q5_1           2") != std::string::npos);
 }
 
 TEST_CASE("kt-inspect --json is one JSON object with every tensor") {
-    Run r = run("--json '" + kt::test::testdata_path("quants/Q4_K.gguf") + "'");
+    kt::test::ProgramRun r = run("--json '" + kt::test::testdata_path("quants/Q4_K.gguf") + "'");
     REQUIRE(r.exit_code == 0);
-    CHECK(r.output.front() == '{');
-    CHECK(r.output.find("\"architecture\": \"quant-golden\"") != std::string::npos);
-    CHECK(r.output.find("\"name\": \"t3.src\", \"type\": \"F32\", \"shape\": [512, 2]") != std::string::npos);
+    CHECK(r.all().front() == '{');
+    CHECK(r.all().find("\"architecture\": \"quant-golden\"") != std::string::npos);
+    CHECK(r.all().find("\"name\": \"t3.src\", \"type\": \"F32\", \"shape\": [512, 2]") != std::string::npos);
 }
 
 TEST_CASE("kt-inspect --dump writes the golden dequantized values") {
     kt::test::TempDir dir;
     const std::string out = dir.file("t2.f32");
     const std::string file = kt::test::testdata_path("quants/Q6_K.gguf");
-    Run r = run("--dump t2 '" + out + "' '" + file + "'");
-    INFO(r.output);
+    kt::test::ProgramRun r = run("--dump t2 '" + out + "' '" + file + "'");
+    INFO(r.all());
     REQUIRE(r.exit_code == 0);
     const std::vector<uint8_t> dumped = kt::test::read_file(out);
 
@@ -85,15 +67,15 @@ TEST_CASE("kt-inspect --dump writes the golden dequantized values") {
 TEST_CASE("kt-inspect on broken files: the reader's message and exit status 1, never a crash") {
     for (const char *name : {"hostile-huge-tensor-count-18446744073709551615.gguf", "hostile-overlapping-tensors.gguf",
                              "hostile-nested-array.gguf", "hostile-unsupported-tensor-type-IQ2-XXS.gguf"}) {
-        Run r = run(std::string("'") + KT_HOSTILE_CORPUS + "/" + name + "'");
-        INFO(name << ": " << r.output);
+        kt::test::ProgramRun r = run(std::string("'") + KT_HOSTILE_CORPUS + "/" + name + "'");
+        INFO(name << ": " << r.all());
         CHECK(r.exit_code == 1);
-        CHECK(r.output.rfind("kt-inspect: ", 0) == 0);
-        CHECK(r.output.find(name) != std::string::npos);  // the message names the file
+        CHECK(r.all().rfind("kt-inspect: ", 0) == 0);
+        CHECK(r.all().find(name) != std::string::npos);  // the message names the file
     }
-    Run missing = run("/nonexistent/model.gguf");
+    kt::test::ProgramRun missing = run("/nonexistent/model.gguf");
     CHECK(missing.exit_code == 1);
-    CHECK(missing.output.find("No such file") != std::string::npos);
+    CHECK(missing.all().find("No such file") != std::string::npos);
 }
 
 TEST_CASE("kt-inspect usage errors exit with 2") {

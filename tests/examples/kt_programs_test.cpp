@@ -1,6 +1,5 @@
 // kt-synth, kt-run and kt-bench as programs: what they write and print, checked through kt.h and against the
 // golden logits, and their exit codes.
-#include <sys/wait.h>
 
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -18,24 +17,7 @@
 
 namespace {
 
-struct Run {
-    int exit_code;
-    std::string output;  // stdout and stderr
-};
-
-Run run(const std::string &exe, const std::string &args) {
-    const std::string cmd = exe + " " + args + " 2>&1";
-    FILE *pipe = popen(cmd.c_str(), "r");
-    REQUIRE(pipe != nullptr);
-    Run r{-1, ""};
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, n);
-    const int status = pclose(pipe);
-    REQUIRE(WIFEXITED(status));  // a signal (crash) is always a failure
-    r.exit_code = WEXITSTATUS(status);
-    return r;
-}
+kt::test::ProgramRun run(const std::string &exe, const std::string &args) { return kt::test::run_program(exe + " " + args); }
 
 // Tensor name -> type of a GGUF file.
 std::map<std::string, int32_t> tensor_types(const std::string &path) {
@@ -89,8 +71,8 @@ TEST_CASE("kt-synth writes models of every architecture that kt runs") {
             INFO(arch << " " << type);
             const std::string out = dir.file(std::string(arch) + "-" + type + ".gguf");
             const bool is_mla = std::string(arch) == "deepseek2";
-            const Run r = run(KT_SYNTH_EXE, "-o " + out + " --arch " + arch + " --type " + type + (is_mla ? mla : small));
-            INFO(r.output);
+            const kt::test::ProgramRun r = run(KT_SYNTH_EXE, "-o " + out + " --arch " + arch + " --type " + type + (is_mla ? mla : small));
+            INFO(r.all());
             REQUIRE(r.exit_code == 0);
             runs(out);
         }
@@ -144,8 +126,9 @@ TEST_CASE("kt-synth: the Q4_K_M mix, the seed, tied heads and bad arguments") {
     REQUIRE(kt_vocab_get_info(vm, &info) == KT_STATUS_OK);
     CHECK(info.n_tokens > 100000);
     kt_model_free(vm);
-    const Run text = run(KT_RUN_EXE, "-m " + v + " -p 'Hello there' -n 8");
+    const kt::test::ProgramRun text = run(KT_RUN_EXE, "-m " + v + " -p 'Hello there' -n 8");
     CHECK(text.exit_code == 0);
+    CHECK(text.out.rfind("Hello there", 0) == 0);  // the prompt is echoed, then the continuation
 
     CHECK(run(KT_SYNTH_EXE, "-o " + t + " --arch gptj").exit_code == 1);
     CHECK(run(KT_SYNTH_EXE, "-o " + t + " --type q9_9").exit_code == 2);
@@ -170,8 +153,8 @@ TEST_CASE("kt-run's --logits matches llama.cpp's golden logits, generation works
 
     const std::string model = kt::test::testdata_path("models/qwen3moe.f32.gguf");
     const std::string logits = dir.file("logits.f32");
-    const Run r = run(KT_RUN_EXE, "-m " + model + " --tokens " + list + " -n 6 -t 1 --kv-type f32 --kernels reference --ids --logits " + logits);
-    INFO(r.output);
+    const kt::test::ProgramRun r = run(KT_RUN_EXE, "-m " + model + " --tokens " + list + " -n 6 -t 1 --kv-type f32 --kernels reference --ids --logits " + logits);
+    INFO(r.all());
     REQUIRE(r.exit_code == 0);
     const std::vector<uint8_t> raw = bytes_of(logits);
     REQUIRE(raw.size() == expected.size() * sizeof(float));
@@ -184,9 +167,9 @@ TEST_CASE("kt-run's --logits matches llama.cpp's golden logits, generation works
     }
     CHECK(diff / scale < 1e-4);  // tier A
     // Six generated ids on the first line, then the timing lines.
-    const std::string first_line = r.output.substr(0, r.output.find('\n'));
+    const std::string first_line = r.all().substr(0, r.all().find('\n'));
     CHECK(std::count(first_line.begin(), first_line.end(), ' ') == 5);
-    CHECK(r.output.find("tokens/s") != std::string::npos);
+    CHECK(r.all().find("tokens/s") != std::string::npos);
 
     // A text prompt goes through the model's tokenizer: its logits equal those of the ids kt_tokenize gives.
     kt_model *m = nullptr;
@@ -209,7 +192,7 @@ TEST_CASE("kt-run's --logits matches llama.cpp's golden logits, generation works
     CHECK(run(KT_RUN_EXE, "-m " + model + " --tokens 1,x").exit_code == 2);            // bad ids
     CHECK(run(KT_RUN_EXE, "-m " + dir.file("missing.gguf") + " --tokens 1").exit_code == 1);
     CHECK(run(KT_RUN_EXE, "-m " + model + " --tokens 1,99999").exit_code == 1);        // outside the vocabulary
-    const Run sampled = run(KT_RUN_EXE, "-m " + model + " --tokens 1,2 -n 4 --temp 0.9 --top-k 20 --top-p 0.9 --min-p 0.02"
+    const kt::test::ProgramRun sampled = run(KT_RUN_EXE, "-m " + model + " --tokens 1,2 -n 4 --temp 0.9 --top-k 20 --top-p 0.9 --min-p 0.02"
                                         " --repeat-penalty 1.1 --presence-penalty 0.2 -s 5");
     CHECK(sampled.exit_code == 0);
 }
@@ -217,23 +200,23 @@ TEST_CASE("kt-run's --logits matches llama.cpp's golden logits, generation works
 TEST_CASE("kt-bench prints llama-bench's table with the roofline, and csv and json") {
     const std::string model = kt::test::testdata_path("models/qwen3moe.q8_0.gguf");
     const std::string common = "-m " + model + " -p 16 -n 4 -r 2 -t 1 --roofline-mib 16";
-    Run md = run(KT_BENCH_EXE, common);
-    INFO(md.output);
+    kt::test::ProgramRun md = run(KT_BENCH_EXE, common);
+    INFO(md.all());
     REQUIRE(md.exit_code == 0);
-    CHECK(md.output.find("| model ") != std::string::npos);
-    CHECK(md.output.find("| qwen3moe ?B Q8_0") != std::string::npos);
-    CHECK(md.output.find("pp16") != std::string::npos);
-    CHECK(md.output.find("tg4") != std::string::npos);
-    CHECK(md.output.find("roofline with 1 threads: read") != std::string::npos);
-    CHECK(md.output.find("load average") != std::string::npos);
-    CHECK(md.output.find("| attention |") != std::string::npos);
+    CHECK(md.all().find("| model ") != std::string::npos);
+    CHECK(md.all().find("| qwen3moe ?B Q8_0") != std::string::npos);
+    CHECK(md.all().find("pp16") != std::string::npos);
+    CHECK(md.all().find("tg4") != std::string::npos);
+    CHECK(md.all().find("roofline with 1 threads: read") != std::string::npos);
+    CHECK(md.all().find("load average") != std::string::npos);
+    CHECK(md.all().find("| attention |") != std::string::npos);
 
-    Run csv = run(KT_BENCH_EXE, common + " -o csv");
+    kt::test::ProgramRun csv = run(KT_BENCH_EXE, common + " -o csv");
     REQUIRE(csv.exit_code == 0);
-    CHECK(csv.output.find("avg_ts,stddev_ts") != std::string::npos);
-    CHECK(csv.output.find("bound_fraction") != std::string::npos);
-    Run json = run(KT_BENCH_EXE, common + " -o json -pg 8,2");
+    CHECK(csv.all().find("avg_ts,stddev_ts") != std::string::npos);
+    CHECK(csv.all().find("bound_fraction") != std::string::npos);
+    kt::test::ProgramRun json = run(KT_BENCH_EXE, common + " -o json -pg 8,2");
     REQUIRE(json.exit_code == 0);
-    CHECK(json.output.find("\"test\": \"pp8+tg2\"") != std::string::npos);
+    CHECK(json.all().find("\"test\": \"pp8+tg2\"") != std::string::npos);
     CHECK(run(KT_BENCH_EXE, "-m " + model + " -o xml").exit_code == 2);
 }

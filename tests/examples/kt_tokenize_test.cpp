@@ -1,6 +1,5 @@
 // kt-tokenize as a program: run the way the golden ids were produced (llama-tokenize -f FILE --no-escape --ids
 // [--no-parse-special]) on a sample of the golden entries of every vocabulary, plus its other outputs and exit codes.
-#include <sys/wait.h>
 
 #include <catch2/catch.hpp>
 #include <cstdio>
@@ -12,26 +11,8 @@
 
 namespace {
 
-struct Run {
-    int exit_code;
-    std::string output;
-};
-
-Run run(const std::string &args, const std::string &stdin_text = "") {
-    kt::test::TempDir dir;
-    const std::string in = dir.file("stdin.txt");
-    kt::test::write_file(in, std::vector<uint8_t>(stdin_text.begin(), stdin_text.end()));
-    const std::string cmd = std::string(KT_TOKENIZE_EXE) + " " + args + " < '" + in + "' 2>&1";
-    FILE *pipe = popen(cmd.c_str(), "r");
-    REQUIRE(pipe != nullptr);
-    Run r{-1, ""};
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, n);
-    const int status = pclose(pipe);
-    REQUIRE(WIFEXITED(status));
-    r.exit_code = WEXITSTATUS(status);
-    return r;
+kt::test::ProgramRun run(const std::string &args, const std::string &stdin_text = "") {
+    return kt::test::run_program(std::string(KT_TOKENIZE_EXE) + " " + args, stdin_text);
 }
 
 std::string vocab(const std::string &name) { return "'" + kt::test::testdata_path("tokenizer/" + name + ".gguf") + "'"; }
@@ -56,28 +37,28 @@ TEST_CASE("kt-tokenize --ids reproduces the golden ids (sample of entries per vo
             const std::string file = dir.file("text.txt");
             kt::test::write_file(file, std::vector<uint8_t>(text.begin(), text.end()));
             const bool special = entry.find("parse_special")->as_bool();
-            Run r = run("-m " + vocab(name) + " -f '" + file + "' --no-escape --ids" + (special ? "" : " --no-parse-special"));
+            kt::test::ProgramRun r = run("-m " + vocab(name) + " -f '" + file + "' --no-escape --ids" + (special ? "" : " --no-parse-special"));
             INFO(name << " entry " << e << ": " << text);
             CHECK(r.exit_code == 0);
-            CHECK(r.output == expected);
+            CHECK(r.all() == expected);
         }
     }
 }
 
 TEST_CASE("kt-tokenize output formats and options") {
-    Run r = run("-m " + vocab("qwen3") + " 'Hello world'");
+    kt::test::ProgramRun r = run("-m " + vocab("qwen3") + " 'Hello world'");
     CHECK(r.exit_code == 0);
-    CHECK(r.output == "  9707 -> 'Hello'\n  1879 -> ' world'\n");
+    CHECK(r.all() == "  9707 -> 'Hello'\n  1879 -> ' world'\n");
     r = run("-m " + vocab("qwen3") + " --json -p 'a\\nb'");  // escapes are processed by default
-    CHECK(r.output == "[64,198,65]\n");
+    CHECK(r.all() == "[64,198,65]\n");
     r = run("-m " + vocab("qwen3") + " --json --no-escape -p 'a\\nb'");
-    CHECK(r.output == "[64,1699,65]\n");
+    CHECK(r.all() == "[64,1699,65]\n");
     r = run("-m " + vocab("llama3") + " --ids --stdin", "hi");
-    CHECK(r.output == "[128000, 6151]\n");
+    CHECK(r.all() == "[128000, 6151]\n");
     r = run("-m " + vocab("llama3") + " --ids --no-bos --show-count hi");
-    CHECK(r.output == "[6151]\nTotal number of tokens: 1\n");
+    CHECK(r.all() == "[6151]\nTotal number of tokens: 1\n");
     r = run("-m " + vocab("llama2-spm") + " \xf0\x9f\xa6\x99");  // a split character is shown as bytes
-    CHECK(r.output.find("'<0xF0>'") != std::string::npos);
+    CHECK(r.all().find("'<0xF0>'") != std::string::npos);
 }
 
 TEST_CASE("kt-tokenize exit codes") {
@@ -88,7 +69,7 @@ TEST_CASE("kt-tokenize exit codes") {
     CHECK(run("-m /nonexistent.gguf a").exit_code == 1);
     CHECK(run("-m " + vocab("qwen3") + " -f /nonexistent.txt").exit_code == 1);
     const std::string quants = "'" + kt::test::testdata_path("quants/Q4_0.gguf") + "'";
-    Run r = run("-m " + quants + " a");  // a GGUF without a vocabulary
+    kt::test::ProgramRun r = run("-m " + quants + " a");  // a GGUF without a vocabulary
     CHECK(r.exit_code == 1);
-    CHECK(r.output.find("tokenizer.ggml.model") != std::string::npos);
+    CHECK(r.all().find("tokenizer.ggml.model") != std::string::npos);
 }

@@ -35,6 +35,7 @@ std::vector<uint8_t> read_file(const std::string &path);
 struct ProgramRun {
     int exit_code;
     std::string out, err;
+    std::string all() const { return out + err; }  // both streams, standard output first
 };
 ProgramRun run_program(const std::string &command, const std::string &stdin_text = "");
 

@@ -263,12 +263,17 @@ int main(int argc, char **argv) {
     };
     std::unique_ptr<kt::ThreadPool> tp;
     if (!kt::ThreadPool::create(po, &tp).is_ok()) return 1;
-    cpu_set_t saved;
-    sched_getaffinity(0, sizeof saved, &saved);
-    if (plan.threads[0].pu >= 0 && topo->can_bind_threads()) (void)topo->bind_current_thread(plan.threads[0].pu);
-    const kt::bench::Roofline roof = kt::bench::measure_roofline(*tp, isa, ks.vnni, ks.bf16, o.roofline_bytes, 5);
-    sched_setaffinity(0, sizeof saved, &saved);
-    tp.reset();
+    // Measured again before every format: on a shared machine what other processes leave us changes over a run,
+    // and each format's fractions use the roofline measured just before it.
+    auto measure = [&]() {
+        cpu_set_t saved;
+        sched_getaffinity(0, sizeof saved, &saved);
+        if (plan.threads[0].pu >= 0 && topo->can_bind_threads()) (void)topo->bind_current_thread(plan.threads[0].pu);
+        const kt::bench::Roofline r = kt::bench::measure_roofline(*tp, isa, ks.vnni, ks.bf16, o.roofline_bytes, 5);
+        sched_setaffinity(0, sizeof saved, &saved);
+        return r;
+    };
+    kt::bench::Roofline roof = measure();
 
     const kt::cpu::CpuFeatures &cf = kt::cpu::host_cpu_features();
     const std::string load = read_first_line("/proc/loadavg");
@@ -293,8 +298,15 @@ int main(int argc, char **argv) {
     std::fflush(stdout);
 
     const int64_t max_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());
+    bool first_format = true;
     for (const std::string &fname : o.formats) {
         const Format &fmt = *find_format(fname);
+        if (!first_format) {
+            roof = measure();
+            std::printf("# roofline before %s: read %.1f GB/s; int8 %.0f GOP/s; bf16 %.0f GFLOP/s; load %s\n", fmt.name,
+                        roof.read_gbs, roof.int8_gops, roof.bf16_gflops, read_first_line("/proc/loadavg").c_str());
+        }
+        first_format = false;
         const kt::ops::TypeTraits *st = kt::ops::type_traits(fmt.source_type);
         if (o.hidden % st->block_size || o.inter % st->block_size) {
             std::fprintf(stderr, "kt-expert-bench: %s needs hidden and intermediate multiples of %lld; skipped\n",

@@ -263,8 +263,9 @@ int main(int argc, char **argv) {
     };
     std::unique_ptr<kt::ThreadPool> tp;
     if (!kt::ThreadPool::create(po, &tp).is_ok()) return 1;
-    // Measured again before every format: on a shared machine what other processes leave us changes over a run,
-    // and each format's fractions use the roofline measured just before it.
+    // Measured again before every case: on a shared machine what other processes leave us changes over a run (the
+    // read bandwidth of this VM alternates between ~44 and ~81 GB/s), and each case's fractions use the roofline
+    // measured just before it.
     auto measure = [&]() {
         cpu_set_t saved;
         sched_getaffinity(0, sizeof saved, &saved);
@@ -298,15 +299,9 @@ int main(int argc, char **argv) {
     std::fflush(stdout);
 
     const int64_t max_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());
-    bool first_format = true;
+    bool first_case = true;
     for (const std::string &fname : o.formats) {
         const Format &fmt = *find_format(fname);
-        if (!first_format) {
-            roof = measure();
-            std::printf("# roofline before %s: read %.1f GB/s; int8 %.0f GOP/s; bf16 %.0f GFLOP/s; load %s\n", fmt.name,
-                        roof.read_gbs, roof.int8_gops, roof.bf16_gflops, read_first_line("/proc/loadavg").c_str());
-        }
-        first_format = false;
         const kt::ops::TypeTraits *st = kt::ops::type_traits(fmt.source_type);
         if (o.hidden % st->block_size || o.inter % st->block_size) {
             std::fprintf(stderr, "kt-expert-bench: %s needs hidden and intermediate multiples of %lld; skipped\n",
@@ -370,6 +365,13 @@ int main(int argc, char **argv) {
                      anon_huge_mib(), info.description);
 
         for (int64_t T : o.tokens) {
+            if (!first_case) {
+                roof = measure();
+                std::printf("# roofline before %s, %lld tokens: read %.1f GB/s; int8 %.0f GOP/s; bf16 %.0f GFLOP/s; load %s\n",
+                            fmt.name, static_cast<long long>(T), roof.read_gbs, roof.int8_gops, roof.bf16_gflops,
+                            read_first_line("/proc/loadavg").c_str());
+            }
+            first_case = false;
             std::vector<float> x(static_cast<size_t>(T * o.hidden)), y(x.size());
             std::mt19937_64 r(1234 + static_cast<uint64_t>(T));
             std::normal_distribution<float> normal(0.0f, 1.0f);

@@ -53,6 +53,7 @@ struct Options {
     int warmup = 2;
     int layers = 0;  // 0: enough that the layers' weights exceed 1 GiB (capped by memory)
     int int4_group = 128;
+    int spin_us = -1;  // -1: kt's default
     double max_gib = 16.0;
     size_t roofline_bytes = size_t{2} << 30;
     bool csv = false;
@@ -68,6 +69,7 @@ struct Options {
                  "  --experts E --top-k K --hidden H --inter I\n"
                  "  --format LIST             int8,int4,bf16,q4_k,q8_0,q4_0,q5_k,q6_k,iq4_xs (default int8)\n"
                  "  --int4-group G            32, 64 or 128 (default 128)\n"
+                 "  --spin-us S               how long idle workers spin before sleeping (default: kt's)\n"
                  "  --tokens LIST             tokens per call (default 1,4,512)\n"
                  "  --threads N               0: one per physical core (default)\n"
                  "  --reps R --warmup W       timed calls and warm-up calls per case (default 10, 2)\n"
@@ -112,6 +114,7 @@ Options parse(int argc, char **argv) {
         else if (a == "--inter") o.inter = std::stoll(value());
         else if (a == "--format") o.formats = split(value());
         else if (a == "--int4-group") o.int4_group = std::stoi(value());
+        else if (a == "--spin-us") o.spin_us = std::stoi(value());
         else if (a == "--tokens") {
             o.tokens.clear();
             for (const std::string &t : split(value())) o.tokens.push_back(std::stoll(t));
@@ -238,8 +241,11 @@ double cpu_seconds() {
 
 }  // namespace
 
+void log_to_stderr(int32_t, const char *message, void *) { std::fprintf(stderr, "# %s\n", message); }
+
 int main(int argc, char **argv) {
     const Options o = parse(argc, argv);
+    if (std::getenv("KT_EXPERT_TRACE")) kt_log_set(log_to_stderr, nullptr, KT_LOG_INFO);
     for (const std::string &f : o.formats)
         if (!find_format(f)) usage(("unknown format " + f).c_str());
 
@@ -318,6 +324,7 @@ int main(int argc, char **argv) {
         p.weight_format = fmt.weight_format;
         p.int4_group_size = o.int4_group;
         p.n_threads = threads;
+        if (o.spin_us >= 0) p.spin_microseconds = o.spin_us;
 
         // Layers: pools of random weights, generated and loaded 8 experts at a time.
         std::vector<kt_expert_pool *> pools;

@@ -70,6 +70,7 @@ typedef int32_t kt_status;
 #define KT_STATUS_CANCELLED 9         /* a callback asked to stop */
 #define KT_STATUS_MISUSE 10           /* the call is not allowed in the handle's current state */
 #define KT_STATUS_INTERNAL 11         /* a bug in kt; please report the message */
+#define KT_STATUS_CONTEXT_FULL 12     /* the tokens do not fit in the context's remaining positions */
 
 /* Fixed English text for a status code ("invalid file"); never NULL. */
 KT_API const char *kt_status_string(kt_status status);
@@ -253,6 +254,330 @@ KT_API kt_status kt_model_tensor_read_f32(const kt_model *model, int64_t index, 
                                           uint64_t dst_capacity, uint64_t *out_needed);
 
 /* ------------------------------------------------------------------------------------------------------------ */
+/* Quantization: f32 to and from every block format, on caller buffers.                                          */
+
+/* These functions keep no state: they are safe to call from several threads at once (on disjoint outputs), and a
+ * caller with many rows may split them across its own threads. They run single-threaded scalar reference code. A
+ * failure's detailed message goes to the log callback (KT_LOG_ERROR; a size query's KT_STATUS_BUFFER_TOO_SMALL is
+ * not logged). */
+
+/* 1 if kt_quantize can produce the type, else 0: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K,
+ * Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS. */
+KT_API int32_t kt_type_can_quantize(int32_t type);
+/* 1 if kt_dequantize (and kt_model_tensor_read_f32) can read the type, else 0: every type above plus I8, I16, I32,
+ * I64 and F64 (converted to the nearest float). */
+KT_API int32_t kt_type_can_dequantize(int32_t type);
+
+/* Quantizes n_rows rows of n_per_row floats (rows back to back) into dst, as a GGUF tensor of shape
+ * [n_per_row, n_rows] stores them: rows back to back, each n_per_row / kt_type_block_size(type) blocks of
+ * kt_type_block_bytes(type) bytes. dst needs no particular alignment. *out_bytes (may be NULL) receives the size of
+ * the result, also when the call fails with KT_STATUS_BUFFER_TOO_SMALL: pass dst = NULL and dst_capacity = 0 to ask.
+ *
+ * How each type is produced:
+ *   - Q8_0, Q8_1, Q8_K (the activation formats of dot-product kernels), Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, F16, BF16:
+ *     ggml's reference rules, byte for byte (tests compare with llama.cpp's output).
+ *   - Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS: kt's own least-squares search, at least as accurate as llama.cpp's
+ *     reference quantizer without an importance matrix (relative RMS error on N(0,1) data: Q2_K 0.26, Q3_K 0.144,
+ *     Q4_K 0.070, Q5_K 0.034, Q6_K 0.016, IQ4_XS 0.075), but not the same bytes. Slow: a few million elements
+ *     per second per thread.
+ *   - F32: copied.
+ * Every finite input dequantizes to finite values, except with F16, which converts like IEEE (|x| >= 65520 becomes
+ * +-inf, as in ggml). Scales beyond f16's range saturate. Blocks so small that their f16 scale becomes subnormal
+ * (below 6.1e-5: e.g. a Q8_0 block whose largest |x| is below 7.8e-3) lose precision gradually, down to 0 with
+ * ggml's rules (Q4_1 and Q5_1 can then even come out worse than 0, as in ggml); kt's K-quants round their
+ * super-block scale up and keep a usable error down to about 1e-7. Q8_K's scale is f32 and has no such limit.
+ *
+ * Statuses: KT_STATUS_INVALID_ARGUMENT (src NULL while there are elements, n_rows < 0, n_per_row <= 0 or not a
+ * multiple of the block size, a size that overflows, an unknown type id), KT_STATUS_UNSUPPORTED (a known type with
+ * no quantizer: I8 ... F64), KT_STATUS_BUFFER_TOO_SMALL (dst_capacity below the size; nothing is written). */
+KT_API kt_status kt_quantize(int32_t type, const float *src, int64_t n_rows, int64_t n_per_row, void *dst,
+                             uint64_t dst_capacity, uint64_t *out_bytes);
+
+/* The inverse: reads n_rows rows of n_per_row elements of `type` from src (laid out as kt_quantize writes them)
+ * and writes n_rows * n_per_row floats to dst, bit for bit as ggml's dequantizers do. src needs no particular
+ * alignment; src_bytes must be at least the size of the rows (further bytes are ignored); dst_capacity is in
+ * floats. Statuses: KT_STATUS_INVALID_ARGUMENT (NULL pointers while there are elements, bad row counts or lengths
+ * as for kt_quantize, src_bytes too small, an unknown type id), KT_STATUS_UNSUPPORTED (see
+ * kt_type_can_dequantize), KT_STATUS_BUFFER_TOO_SMALL (dst_capacity below n_rows * n_per_row; nothing is written),
+ * KT_STATUS_OUT_OF_MEMORY (a misaligned src is copied one row at a time). */
+KT_API kt_status kt_dequantize(int32_t type, const void *src, uint64_t src_bytes, int64_t n_rows, int64_t n_per_row,
+                               float *dst, uint64_t dst_capacity);
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* GGUF writing: metadata and tensors collected in a writer, then written as a GGUF v3 file in one go.           */
+
+/* A writer is used by one thread at a time (different writers are independent). Every setter copies what it is
+ * given (keys, strings, arrays, tensor bytes), so the caller's buffers may be reused as soon as it returns;
+ * streamed tensors (kt_gguf_writer_add_tensor_fill) are produced by the caller's callback during
+ * kt_gguf_writer_write_file instead. Keys and tensors are written in the order they were added.
+ *
+ * Every setter checks its entry at once: on failure nothing is added, the status is returned and
+ * kt_gguf_writer_last_error names the key or tensor. Statuses common to all setters: KT_STATUS_INVALID_ARGUMENT
+ * for a NULL writer or key, a key that is empty, longer than 65535 bytes or already set, a value out of range for
+ * its type, a type id that is not a GGUF value type the setter takes; KT_STATUS_OUT_OF_MEMORY. */
+
+typedef struct kt_gguf_writer kt_gguf_writer;
+
+/* Creates an empty writer. alignment: of the tensor data, a power of two in [8, 2^30], or 0 for the GGUF default
+ * of 32; a non-default alignment is recorded in the file as general.alignment (UINT32) automatically. On failure
+ * (KT_STATUS_INVALID_ARGUMENT for a bad alignment or a NULL out_writer, KT_STATUS_OUT_OF_MEMORY) *out_writer is
+ * set to NULL. Free with kt_gguf_writer_free. */
+KT_API kt_status kt_gguf_writer_create(uint32_t alignment, kt_gguf_writer **out_writer);
+KT_API void kt_gguf_writer_free(kt_gguf_writer *writer);
+
+/* The message of the last failed call on this writer ("" if none). Valid until the next failing call on it or
+ * kt_gguf_writer_free. */
+KT_API const char *kt_gguf_writer_last_error(const kt_gguf_writer *writer);
+
+/* An integer of type meta_type: KT_META_UINT8, INT8, UINT16, INT16, UINT32, INT32, INT64 or UINT64 (for values
+ * above INT64_MAX use kt_gguf_writer_set_uint64). A value outside the type's range is KT_STATUS_INVALID_ARGUMENT. */
+KT_API kt_status kt_gguf_writer_set_int(kt_gguf_writer *writer, const char *key, int32_t meta_type, int64_t value);
+KT_API kt_status kt_gguf_writer_set_uint64(kt_gguf_writer *writer, const char *key, uint64_t value);
+/* meta_type KT_META_FLOAT32 or KT_META_FLOAT64. A finite value beyond f32's range is KT_STATUS_INVALID_ARGUMENT for
+ * FLOAT32 (infinities and NaN are stored as they are). */
+KT_API kt_status kt_gguf_writer_set_float(kt_gguf_writer *writer, const char *key, int32_t meta_type, double value);
+/* value 0 or 1; anything else is KT_STATUS_INVALID_ARGUMENT. */
+KT_API kt_status kt_gguf_writer_set_bool(kt_gguf_writer *writer, const char *key, int32_t value);
+/* `length` bytes from value (which need not be NUL-terminated and may contain NUL bytes; NULL only when length is
+ * 0). GGUF expects UTF-8; kt does not check. */
+KT_API kt_status kt_gguf_writer_set_string(kt_gguf_writer *writer, const char *key, const char *value,
+                                           uint64_t length);
+/* An array of `count` elements of a fixed-size type (any KT_META_* except STRING and ARRAY), packed little-endian
+ * in data (NULL only when count is 0): 1 byte per UINT8/INT8/BOOL element, 2 per (U)INT16, 4 per (U)INT32 and
+ * FLOAT32, 8 per (U)INT64 and FLOAT64. BOOL elements must be 0 or 1. */
+KT_API kt_status kt_gguf_writer_set_array(kt_gguf_writer *writer, const char *key, int32_t element_type,
+                                          const void *data, uint64_t count);
+/* An array of `count` strings: values[i] holds lengths[i] bytes, or, when lengths is NULL, is NUL-terminated.
+ * values may be NULL only when count is 0, and values[i] only when lengths[i] is 0. */
+KT_API kt_status kt_gguf_writer_set_array_string(kt_gguf_writer *writer, const char *key, const char *const *values,
+                                                 const uint64_t *lengths, uint64_t count);
+
+/* Adds a tensor of `type` (KT_TYPE_*) and shape ne[0 .. n_dims-1] (GGML order: ne[0] is the row length, and must
+ * be a multiple of kt_type_block_size(type)), copying its n_bytes bytes from data; n_bytes must be exactly the
+ * tensor's size (kt_quantize's out_bytes for its rows). Names are 1..64 bytes and unique. Statuses:
+ * KT_STATUS_INVALID_ARGUMENT (a bad name, an unknown type, n_dims outside 1..4, a dimension <= 0, a row length
+ * that is not a multiple of the block size, a wrong n_bytes, a duplicate name). */
+KT_API kt_status kt_gguf_writer_add_tensor(kt_gguf_writer *writer, const char *name, int32_t type, int32_t n_dims,
+                                           const int64_t *ne, const void *data, uint64_t n_bytes);
+
+/* Produces a streamed tensor's bytes: fill all n_bytes of dst (valid only during the call) and return 0; return
+ * anything else to abandon the write. */
+typedef int32_t (*kt_gguf_fill_callback)(void *dst, uint64_t n_bytes, void *user_data);
+
+/* As kt_gguf_writer_add_tensor, but the bytes come from `fill`, called once per kt_gguf_writer_write_file, on the
+ * calling thread, in tensor order, with a buffer of exactly the tensor's size. kt holds one tensor's bytes at a
+ * time, so a model far larger than memory can be written tensor by tensor. user_data must stay valid for as long
+ * as the writer may write. */
+KT_API kt_status kt_gguf_writer_add_tensor_fill(kt_gguf_writer *writer, const char *name, int32_t type,
+                                                int32_t n_dims, const int64_t *ne, kt_gguf_fill_callback fill,
+                                                void *user_data);
+
+/* Writes everything added so far to `path`, atomically: a temporary file next to it is written, flushed and renamed
+ * over `path`, so on any failure `path` is left as it was (absent or with its old contents) and no temporary file
+ * remains. The writer stays usable and may write again. Statuses: KT_STATUS_IO_ERROR (the message carries errno's
+ * text), KT_STATUS_CANCELLED (a fill callback returned non-zero), KT_STATUS_OUT_OF_MEMORY,
+ * KT_STATUS_INVALID_ARGUMENT (NULL path). */
+KT_API kt_status kt_gguf_writer_write_file(kt_gguf_writer *writer, const char *path);
+
+/* The tensors kt needs for the model that the writer's metadata describes (general.architecture and its
+ * hyperparameters; <arch>.vocab_size gives the vocabulary size), listed from the architecture's own tensor table:
+ * what a program writing a model (a converter, kt-synth) must add. Tensors already added are not looked at. */
+
+#define KT_TENSOR_ROLE_EMBEDDING 0  /* token_embd: rows read by token id */
+#define KT_TENSOR_ROLE_VECTOR 1     /* norm weights, biases, gate vectors (kept in F32 by converters) */
+#define KT_TENSOR_ROLE_MATRIX 2     /* a projection, ne = {in, out} */
+#define KT_TENSOR_ROLE_EXPERTS 3    /* a stack of matrices, ne = {in, out, count}: experts (or per-head projections) */
+
+typedef struct kt_tensor_spec {
+    uint32_t struct_size;    /* sizeof(kt_tensor_spec) */
+    int32_t role;            /* KT_TENSOR_ROLE_* */
+    int32_t optional;        /* 1: kt runs the model without it (a bias, an untied output head, rope_freqs) */
+    int32_t n_dims;
+    int64_t ne[KT_MAX_DIMS]; /* GGML order; unused dims are 1 */
+    const char *name;        /* valid during the callback only */
+} kt_tensor_spec;
+
+/* Called once per tensor, in the order a converter would write them; return 0 to continue, non-zero to stop. */
+typedef int32_t (*kt_tensor_spec_callback)(const kt_tensor_spec *spec, void *user_data);
+
+/* Statuses: KT_STATUS_UNSUPPORTED (an architecture kt does not run), KT_STATUS_INVALID_FILE (a hyperparameter is
+ * missing or out of range; kt_gguf_writer_last_error names the key), KT_STATUS_CANCELLED (the callback stopped),
+ * KT_STATUS_INVALID_ARGUMENT (NULL writer or callback). */
+KT_API kt_status kt_gguf_writer_expected_tensors(const kt_gguf_writer *writer, kt_tensor_spec_callback callback,
+                                                 void *user_data);
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Contexts: running a model. A context holds one token sequence (its KV cache), the logits of its last decode  */
+/* and a sampler. Architectures: llama (dense and Mixtral-style MoE), qwen2, qwen3, qwen2moe, qwen3moe,        */
+/* deepseek2 (MLA).                                                                                             */
+/*                                                                                                              */
+/* Thread-safety: a context is used by one thread at a time. Any number of contexts may share one kt_model; the */
+/* model must outlive them. The first context of a model prepares its weights for the kernels (binding every    */
+/* tensor; with KT_KERNELS_AUTO, packing them into the expert engine's layout and starting one expert pool per  */
+/* MoE or dense FFN layer on that context's n_threads); later contexts reuse that work.                         */
+
+typedef struct kt_context kt_context;
+
+/* Polled between layers while a context decodes; return non-zero to cancel (the decode then returns
+ * KT_STATUS_CANCELLED and the sequence is as it was before the call). */
+typedef int32_t (*kt_abort_callback)(void *user_data);
+
+#define KT_KERNELS_AUTO 0       /* the expert engine's kernels for the best ISA this CPU allows: weights kept in their
+                                   GGUF format where a kernel reads it (Q4_0 Q8_0 Q4_K Q5_K Q6_K IQ4_XS BF16), F32/F16
+                                   as BF16, other formats as Q8_0; activations quantized to int8 per token */
+#define KT_KERNELS_REFERENCE 1  /* exact dequantization and f32 arithmetic everywhere: slow; for validation (it
+                                   reproduces llama.cpp's f32 logits to ~1e-6) */
+
+typedef struct kt_context_params {
+    uint32_t struct_size;       /* sizeof(kt_context_params) */
+    int32_t n_threads;          /* default 0: one per physical core */
+    int64_t n_ctx;              /* positions the KV cache holds; default 0: the model's training context, at most
+                                   4096 */
+    int64_t n_batch;            /* tokens per forward step when decoding many at once (prefill); default 512 */
+    int32_t kv_type;            /* KV cache element type: KT_TYPE_F16 (default), KT_TYPE_BF16, KT_TYPE_F32, or
+                                   KT_TYPE_Q8_0 (int8 with a scale per 32 values; head dims multiples of 32) */
+    int32_t kernels;            /* KT_KERNELS_AUTO (default) or KT_KERNELS_REFERENCE */
+    kt_abort_callback abort_callback;  /* default NULL */
+    void *abort_user_data;
+} kt_context_params;
+
+KT_API void kt_context_params_init(kt_context_params *params);
+
+/* Creates a context for `model` (params may be NULL for defaults). Fails with KT_STATUS_UNSUPPORTED for an
+ * architecture or tensor type kt cannot run, KT_STATUS_INVALID_FILE when a tensor the architecture needs is
+ * missing or has the wrong shape (the message names it), KT_STATUS_OUT_OF_MEMORY when the KV cache does not fit.
+ * On failure *out_context is NULL and `err` (if not NULL) receives the status and message. */
+KT_API kt_status kt_context_create(kt_model *model, const kt_context_params *params, kt_context **out_context,
+                                   kt_error *err);
+KT_API void kt_context_free(kt_context *context);
+
+/* The message of the last failed call on this context ("" if none); valid until the next call on it. */
+KT_API const char *kt_context_last_error(const kt_context *context);
+
+/* Sizes: vocabulary (logits per row), positions the context holds, positions used so far, threads it runs on. */
+KT_API int64_t kt_context_n_vocab(const kt_context *context);
+KT_API int32_t kt_context_n_threads(const kt_context *context);
+KT_API int64_t kt_context_n_ctx(const kt_context *context);
+KT_API int64_t kt_context_n_past(const kt_context *context);
+
+#define KT_LOGITS_NONE 0  /* keep no logits (e.g. a prompt you will extend before sampling) */
+#define KT_LOGITS_LAST 1  /* the last token's logits only (what sampling needs) */
+#define KT_LOGITS_ALL 2   /* one row per token of the call */
+
+/* Appends n_tokens token ids at positions kt_context_n_past(..) onward and runs them through the model, in
+ * steps of n_batch. Keeps the logits `logits_mode` asks for (read them with kt_context_logits). All or nothing:
+ * KT_STATUS_INVALID_ARGUMENT for an id outside the vocabulary (the message gives its index),
+ * KT_STATUS_CONTEXT_FULL when the tokens do not fit, KT_STATUS_CANCELLED from the abort callback; the sequence is
+ * then unchanged and no logits are kept. */
+KT_API kt_status kt_context_decode(kt_context *context, const int32_t *tokens, int64_t n_tokens, int32_t logits_mode);
+
+/* Row `row` of the logits the last decode kept (0 .. rows-1; -1 = the last row): n_vocab floats, valid until
+ * the next decode, reset or free on this context. *out_rows (may be NULL) receives how many rows there are.
+ * KT_STATUS_NOT_FOUND for a row out of range (also when none were kept). */
+KT_API kt_status kt_context_logits(kt_context *context, int64_t row, const float **out_logits, int64_t *out_rows);
+
+/* Forgets the sequence and its logits (the KV cache memory is kept for reuse). */
+KT_API void kt_context_reset(kt_context *context);
+
+/* ---- sampling ---- */
+
+typedef struct kt_sampler_params {
+    uint32_t struct_size;       /* sizeof(kt_sampler_params) */
+    float temperature;          /* default 0.8; <= 0: greedy (argmax after penalties) */
+    int32_t top_k;              /* default 40; <= 0: off */
+    float top_p;                /* default 0.95; >= 1: off */
+    float min_p;                /* default 0.05; <= 0: off */
+    float repeat_penalty;       /* default 1 (off); > 1 discourages tokens seen in the last repeat_last_n */
+    int32_t repeat_last_n;      /* default 64; -1: the whole sequence; window of all three penalties */
+    float presence_penalty;     /* default 0: subtracted once from the logit of every token in the window */
+    float frequency_penalty;    /* default 0: subtracted per occurrence in the window */
+    uint32_t reserved0;         /* must be 0 */
+    uint64_t seed;              /* default 0. The context's generator is seeded with it at the first sample after
+                                   create or reset, and whenever the seed changes: same seed, same calls, same
+                                   tokens, on every platform */
+} kt_sampler_params;
+
+KT_API void kt_sampler_params_init(kt_sampler_params *params);
+
+/* Chooses a token from the last logits row (penalties look at the tokens decoded so far), in llama.cpp's
+ * order: penalties, top-k, top-p, min-p, temperature, draw. `params` may be NULL for greedy.
+ * KT_STATUS_MISUSE when the last decode kept no logits. Does not decode the token. */
+KT_API kt_status kt_context_sample(kt_context *context, const kt_sampler_params *params, int32_t *out_token);
+
+/* ---- generation ---- */
+
+/* Called with each generated token as soon as it is decoded; return 0 to continue, non-zero to stop. */
+typedef int32_t (*kt_token_callback)(int32_t token, void *user_data);
+
+#define KT_STOP_MAX_TOKENS 0    /* max_tokens were generated */
+#define KT_STOP_TOKEN 1         /* a stop token was sampled (it is not decoded, reported or stored) */
+#define KT_STOP_CALLBACK 2      /* on_token returned non-zero */
+#define KT_STOP_CONTEXT_FULL 3  /* the context has no room for another token */
+
+typedef struct kt_generate_params {
+    uint32_t struct_size;              /* sizeof(kt_generate_params) */
+    int32_t reserved0;                 /* must be 0 */
+    int64_t max_tokens;                /* default 128 */
+    const int32_t *stop_tokens;        /* default NULL: e.g. the vocabulary's end-of-sequence ids */
+    int64_t n_stop_tokens;
+    const kt_sampler_params *sampler;  /* default NULL: greedy */
+    kt_token_callback on_token;        /* default NULL */
+    void *user_data;
+} kt_generate_params;
+
+KT_API void kt_generate_params_init(kt_generate_params *params);
+
+/* Decodes the prompt (n_prompt may be 0 to continue from the context's last logits), then samples, decodes and
+ * reports tokens until a stop condition. Every reported token has been decoded, so a later call continues the
+ * sequence. Generated tokens are also written to out_tokens (may be NULL) up to `capacity`; *out_n_tokens (may
+ * be NULL) receives how many were generated and *out_stop_reason (may be NULL) a KT_STOP_* code. Errors are
+ * those of kt_context_decode; tokens generated before an error stay in the sequence. */
+KT_API kt_status kt_context_generate(kt_context *context, const int32_t *prompt, int64_t n_prompt,
+                                     const kt_generate_params *params, int32_t *out_tokens, int64_t capacity,
+                                     int64_t *out_n_tokens, int32_t *out_stop_reason);
+
+/* ---- performance counters ---- */
+
+typedef struct kt_perf {
+    uint32_t struct_size;          /* set by the caller: sizeof(kt_perf) */
+    uint32_t reserved0;
+    int64_t n_prefill_tokens;      /* tokens of decode calls with more than one token */
+    double prefill_seconds;
+    int64_t n_decode_tokens;       /* single-token decode calls */
+    double decode_seconds;
+    /* Where the time of all decodes went: */
+    double attention_seconds;      /* attention blocks: norm, Q/K/V/O projections, RoPE, attention over the cache */
+    double experts_seconds;        /* MoE blocks: norm, router, routed and shared experts */
+    double dense_ffn_seconds;      /* dense feed-forward blocks: norm and SwiGLU */
+    double head_seconds;           /* final norm and output projection (logits) */
+    double other_seconds;          /* embedding lookup, residual adds, bookkeeping */
+} kt_perf;
+
+/* Fills *out_perf (struct_size set by the caller) with the counters accumulated since create or perf_reset. */
+KT_API kt_status kt_context_perf(const kt_context *context, kt_perf *out_perf);
+KT_API void kt_context_perf_reset(kt_context *context);
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* The machine's roofline, for benchmarks: memory read bandwidth and int8 dot-product peak, measured now with   */
+/* the given threads, so that results can be stated as a fraction of what the machine does at this moment.      */
+
+typedef struct kt_roofline {
+    uint32_t struct_size;       /* set by the caller: sizeof(kt_roofline) */
+    int32_t n_threads;          /* threads that ran the probes (one per physical core when 0 was asked for) */
+    uint64_t buffer_bytes;      /* bytes streamed per bandwidth pass */
+    double read_bytes_per_s;    /* best pass of every thread summing its own slice of the buffer */
+    double int8_ops_per_s;      /* best of independent int8 dot instructions on every thread; 2 ops per
+                                   multiply-add */
+    char int8_isa[16];          /* the instruction measured: "avx512-vnni", "avx-vnni", "avx2" or "scalar" (AMX
+                                   tiles are not measured) */
+} kt_roofline;
+
+/* Measures the roofline with n_threads (0: one per physical core, pinned as contexts pin theirs). buffer_bytes:
+ * the bandwidth buffer, several times the last-level cache (0: 1 GiB). Takes about a second; allocates and frees
+ * the buffer. */
+KT_API kt_status kt_measure_roofline(int32_t n_threads, uint64_t buffer_bytes, kt_roofline *out);
+
+/* ------------------------------------------------------------------------------------------------------------ */
 /* CPU instruction sets. kt picks kernels by what the CPU and OS allow (CPUID, XCR0, and for AMX the tile palette  */
 /* and Linux's permission), so one libkt runs on any x86-64 CPU; a missing ISA means a slower path, never SIGILL. */
 
@@ -426,132 +751,6 @@ typedef struct kt_expert_pool_info {
 } kt_expert_pool_info;
 
 KT_API kt_status kt_expert_pool_get_info(const kt_expert_pool *pool, kt_expert_pool_info *out_info);
-
-/* ------------------------------------------------------------------------------------------------------------ */
-/* Quantization: f32 to and from every block format, on caller buffers.                                          */
-
-/* These functions keep no state: they are safe to call from several threads at once (on disjoint outputs), and a
- * caller with many rows may split them across its own threads. They run single-threaded scalar reference code. A
- * failure's detailed message goes to the log callback (KT_LOG_ERROR; a size query's KT_STATUS_BUFFER_TOO_SMALL is
- * not logged). */
-
-/* 1 if kt_quantize can produce the type, else 0: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K,
- * Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS. */
-KT_API int32_t kt_type_can_quantize(int32_t type);
-/* 1 if kt_dequantize (and kt_model_tensor_read_f32) can read the type, else 0: every type above plus I8, I16, I32,
- * I64 and F64 (converted to the nearest float). */
-KT_API int32_t kt_type_can_dequantize(int32_t type);
-
-/* Quantizes n_rows rows of n_per_row floats (rows back to back) into dst, as a GGUF tensor of shape
- * [n_per_row, n_rows] stores them: rows back to back, each n_per_row / kt_type_block_size(type) blocks of
- * kt_type_block_bytes(type) bytes. dst needs no particular alignment. *out_bytes (may be NULL) receives the size of
- * the result, also when the call fails with KT_STATUS_BUFFER_TOO_SMALL: pass dst = NULL and dst_capacity = 0 to ask.
- *
- * How each type is produced:
- *   - Q8_0, Q8_1, Q8_K (the activation formats of dot-product kernels), Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, F16, BF16:
- *     ggml's reference rules, byte for byte (tests compare with llama.cpp's output).
- *   - Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS: kt's own least-squares search, at least as accurate as llama.cpp's
- *     reference quantizer without an importance matrix (relative RMS error on N(0,1) data: Q2_K 0.26, Q3_K 0.144,
- *     Q4_K 0.070, Q5_K 0.034, Q6_K 0.016, IQ4_XS 0.075), but not the same bytes. Slow: a few million elements
- *     per second per thread.
- *   - F32: copied.
- * Every finite input dequantizes to finite values, except with F16, which converts like IEEE (|x| >= 65520 becomes
- * +-inf, as in ggml). Scales beyond f16's range saturate. Blocks so small that their f16 scale becomes subnormal
- * (below 6.1e-5: e.g. a Q8_0 block whose largest |x| is below 7.8e-3) lose precision gradually, down to 0 with
- * ggml's rules (Q4_1 and Q5_1 can then even come out worse than 0, as in ggml); kt's K-quants round their
- * super-block scale up and keep a usable error down to about 1e-7. Q8_K's scale is f32 and has no such limit.
- *
- * Statuses: KT_STATUS_INVALID_ARGUMENT (src NULL while there are elements, n_rows < 0, n_per_row <= 0 or not a
- * multiple of the block size, a size that overflows, an unknown type id), KT_STATUS_UNSUPPORTED (a known type with
- * no quantizer: I8 ... F64), KT_STATUS_BUFFER_TOO_SMALL (dst_capacity below the size; nothing is written). */
-KT_API kt_status kt_quantize(int32_t type, const float *src, int64_t n_rows, int64_t n_per_row, void *dst,
-                             uint64_t dst_capacity, uint64_t *out_bytes);
-
-/* The inverse: reads n_rows rows of n_per_row elements of `type` from src (laid out as kt_quantize writes them)
- * and writes n_rows * n_per_row floats to dst, bit for bit as ggml's dequantizers do. src needs no particular
- * alignment; src_bytes must be at least the size of the rows (further bytes are ignored); dst_capacity is in
- * floats. Statuses: KT_STATUS_INVALID_ARGUMENT (NULL pointers while there are elements, bad row counts or lengths
- * as for kt_quantize, src_bytes too small, an unknown type id), KT_STATUS_UNSUPPORTED (see
- * kt_type_can_dequantize), KT_STATUS_BUFFER_TOO_SMALL (dst_capacity below n_rows * n_per_row; nothing is written),
- * KT_STATUS_OUT_OF_MEMORY (a misaligned src is copied one row at a time). */
-KT_API kt_status kt_dequantize(int32_t type, const void *src, uint64_t src_bytes, int64_t n_rows, int64_t n_per_row,
-                               float *dst, uint64_t dst_capacity);
-
-/* ------------------------------------------------------------------------------------------------------------ */
-/* GGUF writing: metadata and tensors collected in a writer, then written as a GGUF v3 file in one go.           */
-
-/* A writer is used by one thread at a time (different writers are independent). Every setter copies what it is
- * given (keys, strings, arrays, tensor bytes), so the caller's buffers may be reused as soon as it returns;
- * streamed tensors (kt_gguf_writer_add_tensor_fill) are produced by the caller's callback during
- * kt_gguf_writer_write_file instead. Keys and tensors are written in the order they were added.
- *
- * Every setter checks its entry at once: on failure nothing is added, the status is returned and
- * kt_gguf_writer_last_error names the key or tensor. Statuses common to all setters: KT_STATUS_INVALID_ARGUMENT
- * for a NULL writer or key, a key that is empty, longer than 65535 bytes or already set, a value out of range for
- * its type, a type id that is not a GGUF value type the setter takes; KT_STATUS_OUT_OF_MEMORY. */
-
-typedef struct kt_gguf_writer kt_gguf_writer;
-
-/* Creates an empty writer. alignment: of the tensor data, a power of two in [8, 2^30], or 0 for the GGUF default
- * of 32; a non-default alignment is recorded in the file as general.alignment (UINT32) automatically. On failure
- * (KT_STATUS_INVALID_ARGUMENT for a bad alignment or a NULL out_writer, KT_STATUS_OUT_OF_MEMORY) *out_writer is
- * set to NULL. Free with kt_gguf_writer_free. */
-KT_API kt_status kt_gguf_writer_create(uint32_t alignment, kt_gguf_writer **out_writer);
-KT_API void kt_gguf_writer_free(kt_gguf_writer *writer);
-
-/* The message of the last failed call on this writer ("" if none). Valid until the next failing call on it or
- * kt_gguf_writer_free. */
-KT_API const char *kt_gguf_writer_last_error(const kt_gguf_writer *writer);
-
-/* An integer of type meta_type: KT_META_UINT8, INT8, UINT16, INT16, UINT32, INT32, INT64 or UINT64 (for values
- * above INT64_MAX use kt_gguf_writer_set_uint64). A value outside the type's range is KT_STATUS_INVALID_ARGUMENT. */
-KT_API kt_status kt_gguf_writer_set_int(kt_gguf_writer *writer, const char *key, int32_t meta_type, int64_t value);
-KT_API kt_status kt_gguf_writer_set_uint64(kt_gguf_writer *writer, const char *key, uint64_t value);
-/* meta_type KT_META_FLOAT32 or KT_META_FLOAT64. A finite value beyond f32's range is KT_STATUS_INVALID_ARGUMENT for
- * FLOAT32 (infinities and NaN are stored as they are). */
-KT_API kt_status kt_gguf_writer_set_float(kt_gguf_writer *writer, const char *key, int32_t meta_type, double value);
-/* value 0 or 1; anything else is KT_STATUS_INVALID_ARGUMENT. */
-KT_API kt_status kt_gguf_writer_set_bool(kt_gguf_writer *writer, const char *key, int32_t value);
-/* `length` bytes from value (which need not be NUL-terminated and may contain NUL bytes; NULL only when length is
- * 0). GGUF expects UTF-8; kt does not check. */
-KT_API kt_status kt_gguf_writer_set_string(kt_gguf_writer *writer, const char *key, const char *value,
-                                           uint64_t length);
-/* An array of `count` elements of a fixed-size type (any KT_META_* except STRING and ARRAY), packed little-endian
- * in data (NULL only when count is 0): 1 byte per UINT8/INT8/BOOL element, 2 per (U)INT16, 4 per (U)INT32 and
- * FLOAT32, 8 per (U)INT64 and FLOAT64. BOOL elements must be 0 or 1. */
-KT_API kt_status kt_gguf_writer_set_array(kt_gguf_writer *writer, const char *key, int32_t element_type,
-                                          const void *data, uint64_t count);
-/* An array of `count` strings: values[i] holds lengths[i] bytes, or, when lengths is NULL, is NUL-terminated.
- * values may be NULL only when count is 0, and values[i] only when lengths[i] is 0. */
-KT_API kt_status kt_gguf_writer_set_array_string(kt_gguf_writer *writer, const char *key, const char *const *values,
-                                                 const uint64_t *lengths, uint64_t count);
-
-/* Adds a tensor of `type` (KT_TYPE_*) and shape ne[0 .. n_dims-1] (GGML order: ne[0] is the row length, and must
- * be a multiple of kt_type_block_size(type)), copying its n_bytes bytes from data; n_bytes must be exactly the
- * tensor's size (kt_quantize's out_bytes for its rows). Names are 1..64 bytes and unique. Statuses:
- * KT_STATUS_INVALID_ARGUMENT (a bad name, an unknown type, n_dims outside 1..4, a dimension <= 0, a row length
- * that is not a multiple of the block size, a wrong n_bytes, a duplicate name). */
-KT_API kt_status kt_gguf_writer_add_tensor(kt_gguf_writer *writer, const char *name, int32_t type, int32_t n_dims,
-                                           const int64_t *ne, const void *data, uint64_t n_bytes);
-
-/* Produces a streamed tensor's bytes: fill all n_bytes of dst (valid only during the call) and return 0; return
- * anything else to abandon the write. */
-typedef int32_t (*kt_gguf_fill_callback)(void *dst, uint64_t n_bytes, void *user_data);
-
-/* As kt_gguf_writer_add_tensor, but the bytes come from `fill`, called once per kt_gguf_writer_write_file, on the
- * calling thread, in tensor order, with a buffer of exactly the tensor's size. kt holds one tensor's bytes at a
- * time, so a model far larger than memory can be written tensor by tensor. user_data must stay valid for as long
- * as the writer may write. */
-KT_API kt_status kt_gguf_writer_add_tensor_fill(kt_gguf_writer *writer, const char *name, int32_t type,
-                                                int32_t n_dims, const int64_t *ne, kt_gguf_fill_callback fill,
-                                                void *user_data);
-
-/* Writes everything added so far to `path`, atomically: a temporary file next to it is written, flushed and renamed
- * over `path`, so on any failure `path` is left as it was (absent or with its old contents) and no temporary file
- * remains. The writer stays usable and may write again. Statuses: KT_STATUS_IO_ERROR (the message carries errno's
- * text), KT_STATUS_CANCELLED (a fill callback returned non-zero), KT_STATUS_OUT_OF_MEMORY,
- * KT_STATUS_INVALID_ARGUMENT (NULL path). */
-KT_API kt_status kt_gguf_writer_write_file(kt_gguf_writer *writer, const char *path);
 
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Tokenizer: text to token ids and back with the model's own vocabulary (the GGUF tokenizer.ggml.* keys).       */

@@ -98,6 +98,7 @@ KT_API const char *kt_status_string(kt_status status) {
         case KT_STATUS_CANCELLED: return "cancelled";
         case KT_STATUS_MISUSE: return "misuse";
         case KT_STATUS_INTERNAL: return "internal error";
+        case KT_STATUS_CONTEXT_FULL: return "context full";
         default: return "unknown status";
     }
 }

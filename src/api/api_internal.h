@@ -12,7 +12,9 @@
 #include "core/status.h"
 #include "kt.h"
 #include "model/gguf/gguf.h"
+#include "model/model.h"
 #include "model/tokenizer/tokenizer.h"
+#include "runtime/context.h"
 
 // Per-handle "last error": guarded by a mutex so that concurrent readers of a shared handle stay safe.
 struct kt_error_slot {
@@ -33,6 +35,17 @@ struct kt_model {
     std::unique_ptr<kt::gguf::File> file;
     kt_error_slot error;
     kt::tokenizer::LazyTokenizer tokenizer;  // built from the metadata on first use (api_tokenizer.cpp)
+    // The model prepared for running, built by the first context that needs it (per kernel choice) and shared
+    // by every context after it. The engine's factory (its expert pools' thread count is the first context's)
+    // is declared first so that it outlives the models built with it.
+    std::mutex runners_mutex;
+    std::unique_ptr<kt::ops::KernelFactory> engine;
+    std::shared_ptr<const kt::model::Model> runners[2];  // [KT_KERNELS_AUTO, KT_KERNELS_REFERENCE]
+};
+
+struct kt_context {
+    std::unique_ptr<kt::runtime::Context> context;
+    kt_error_slot error;
 };
 
 struct kt_gguf_writer {

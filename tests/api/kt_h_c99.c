@@ -15,6 +15,19 @@ KT_STATIC_ASSERT(sizeof(kt_model_params) == 32, params_size);
 KT_STATIC_ASSERT(offsetof(kt_tensor_info, ne) == 16, tensor_info_ne_offset);
 KT_STATIC_ASSERT(offsetof(kt_tensor_info, name) == 72, tensor_info_name_offset);
 KT_STATIC_ASSERT(sizeof(kt_tensor_info) == 80, tensor_info_size);
+KT_STATIC_ASSERT(offsetof(kt_context_params, n_ctx) == 8, context_params_n_ctx_offset);
+KT_STATIC_ASSERT(offsetof(kt_context_params, abort_callback) == 32, context_params_abort_offset);
+KT_STATIC_ASSERT(sizeof(kt_context_params) == 48, context_params_size);
+KT_STATIC_ASSERT(offsetof(kt_sampler_params, seed) == 40, sampler_params_seed_offset);
+KT_STATIC_ASSERT(sizeof(kt_sampler_params) == 48, sampler_params_size);
+KT_STATIC_ASSERT(offsetof(kt_generate_params, sampler) == 32, generate_params_sampler_offset);
+KT_STATIC_ASSERT(sizeof(kt_generate_params) == 56, generate_params_size);
+KT_STATIC_ASSERT(offsetof(kt_perf, attention_seconds) == 40, perf_attention_offset);
+KT_STATIC_ASSERT(sizeof(kt_perf) == 80, perf_size);
+KT_STATIC_ASSERT(offsetof(kt_tensor_spec, ne) == 16, tensor_spec_ne_offset);
+KT_STATIC_ASSERT(sizeof(kt_tensor_spec) == 56, tensor_spec_size);
+KT_STATIC_ASSERT(offsetof(kt_roofline, read_bytes_per_s) == 16, roofline_read_offset);
+KT_STATIC_ASSERT(sizeof(kt_roofline) == 48, roofline_size);
 KT_STATIC_ASSERT(offsetof(kt_vocab_info, add_space_prefix) == 44, vocab_info_flags_offset);
 KT_STATIC_ASSERT(offsetof(kt_vocab_info, pre) == 48, vocab_info_pre_offset);
 KT_STATIC_ASSERT(sizeof(kt_vocab_info) == 56, vocab_info_size);
@@ -56,6 +69,51 @@ static int32_t count_progress(float progress, void *user_data) {
     return 1;
 }
 
+static int32_t count_token(int32_t token, void *user_data) {
+    (void)token;
+    ++*(int *)user_data;
+    return 0;
+}
+
+/* Decode and generate with a model, the way a C program would. */
+static int run_model(const char *path) {
+    kt_model *model = NULL;
+    kt_context *ctx = NULL;
+    kt_context_params cp;
+    kt_generate_params gp;
+    kt_sampler_params sp;
+    kt_perf perf;
+    const int32_t prompt[] = {1, 2, 3, 4};
+    int32_t out[8];
+    const float *logits = NULL;
+    int64_t rows = 0, generated = 0;
+    int32_t reason = -1;
+    int streamed = 0;
+
+    if (kt_model_load(path, NULL, &model, NULL) != KT_STATUS_OK) return 1;
+    kt_context_params_init(&cp);
+    cp.n_ctx = 64;
+    if (kt_context_create(model, &cp, &ctx, NULL) != KT_STATUS_OK) return 1;
+    if (kt_context_decode(ctx, prompt, 4, KT_LOGITS_ALL) != KT_STATUS_OK) return 1;
+    if (kt_context_logits(ctx, -1, &logits, &rows) != KT_STATUS_OK || rows != 4 || !logits) return 1;
+    kt_sampler_params_init(&sp);
+    kt_generate_params_init(&gp);
+    gp.max_tokens = 8;
+    gp.sampler = &sp;
+    gp.on_token = count_token;
+    gp.user_data = &streamed;
+    if (kt_context_generate(ctx, NULL, 0, &gp, out, 8, &generated, &reason) != KT_STATUS_OK) return 1;
+    perf.struct_size = sizeof perf;
+    if (kt_context_perf(ctx, &perf) != KT_STATUS_OK) return 1;
+    printf("%s: generated %lld tokens (streamed %d, stop reason %d), n_past %lld\n", path, (long long)generated,
+           streamed, (int)reason, (long long)kt_context_n_past(ctx));
+    if (generated != streamed || kt_context_n_past(ctx) != 4 + generated) return 1;
+    kt_context_free(ctx);
+    kt_context_free(NULL);
+    kt_model_free(model);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     kt_model_params params;
     kt_model *model = NULL;
@@ -91,5 +149,5 @@ int main(int argc, char **argv) {
     free(values);
     kt_model_free(model);
     kt_model_free(NULL);
-    return 0;
+    return argc > 2 ? run_model(argv[2]) : 0;
 }

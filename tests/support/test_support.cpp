@@ -1,6 +1,7 @@
 #include "support/test_support.h"
 
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -44,6 +45,25 @@ std::vector<uint8_t> read_file(const std::string &path) {
     std::ifstream in(path, std::ios::binary);
     REQUIRE(in.good());
     return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+ProgramRun run_program(const std::string &command, const std::string &stdin_text) {
+    TempDir dir;
+    const std::string in_path = dir.file("stdin"), err_path = dir.file("stderr");
+    write_file(in_path, std::vector<uint8_t>(stdin_text.begin(), stdin_text.end()));
+    FILE *pipe = popen((command + " <'" + in_path + "' 2>'" + err_path + "'").c_str(), "r");
+    REQUIRE(pipe != nullptr);
+    ProgramRun r{-1, "", ""};
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
+    const int status = pclose(pipe);
+    const std::vector<uint8_t> err = read_file(err_path);
+    r.err.assign(err.begin(), err.end());
+    INFO(command << "\nstderr: " << r.err);
+    REQUIRE(WIFEXITED(status));
+    r.exit_code = WEXITSTATUS(status);
+    return r;
 }
 
 std::vector<float> random_normal(size_t n, uint64_t seed, float scale) {

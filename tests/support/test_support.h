@@ -30,6 +30,14 @@ private:
 void write_file(const std::string &path, const std::vector<uint8_t> &bytes);
 std::vector<uint8_t> read_file(const std::string &path);
 
+// Runs a command line through the shell, with `stdin_text` on its standard input, and returns its exit status and
+// what it wrote to standard output and standard error. A command killed by a signal (a crash) fails the test.
+struct ProgramRun {
+    int exit_code;
+    std::string out, err;
+};
+ProgramRun run_program(const std::string &command, const std::string &stdin_text = "");
+
 // Seeded normal / uniform data.
 std::vector<float> random_normal(size_t n, uint64_t seed, float scale = 1.0f);
 std::vector<float> random_uniform(size_t n, uint64_t seed, float lo, float hi);

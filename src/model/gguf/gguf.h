@@ -186,6 +186,13 @@ public:
     static Status tensor_bytes(std::string_view name, int32_t type, const std::vector<int64_t> &ne, uint64_t *n_bytes);
 
     uint32_t alignment() const { return alignment_; }
+    // A writer with this one's metadata and no tensors: its bytes are a metadata-only file, from which the
+    // hyperparameters (and so every tensor's shape) can be read back before any tensor exists.
+    Writer metadata_only() const {
+        Writer w(alignment_);
+        w.kvs_ = kvs_;
+        return w;
+    }
     // Whether `alignment` is one write_* accepts: a power of two in [kMinAlignment, kMaxAlignment].
     static bool valid_alignment(uint64_t alignment);
 

@@ -1,0 +1,35 @@
+// kt_measure_roofline: the bandwidth and int8 peak probes for benchmarks.
+#include <algorithm>
+#include <cstring>
+
+#include "api/api_internal.h"
+#include "backends/cpu/roofline.h"
+#include "mem/pinned_pool.h"
+
+extern "C" {
+
+KT_API kt_status kt_measure_roofline(int32_t n_threads, uint64_t buffer_bytes, kt_roofline *out) {
+    kt::Status s = kt::api::guard([&]() -> kt::Status {
+        KT_RETURN_IF(!out, KT_STATUS_INVALID_ARGUMENT, "kt_measure_roofline: out is NULL");
+        KT_RETURN_IF(out->struct_size < sizeof(kt_roofline), KT_STATUS_INVALID_ARGUMENT,
+                     "kt_measure_roofline: out->struct_size is smaller than this library's kt_roofline");
+        KT_RETURN_IF(n_threads < 0 || n_threads > 4096, KT_STATUS_INVALID_ARGUMENT,
+                     "kt_measure_roofline: n_threads %d is out of range [0, 4096]", n_threads);
+        std::unique_ptr<kt::ThreadPool> pool;
+        KT_TRY(kt::mem::create_pinned_pool(n_threads, "kt-roofline", &pool));
+        kt::cpu::Roofline r;
+        KT_TRY(kt::cpu::measure_roofline(*pool, buffer_bytes ? buffer_bytes : (uint64_t{1} << 30), &r));
+        const uint32_t size = out->struct_size;
+        std::memset(out, 0, sizeof(kt_roofline));
+        out->struct_size = size;
+        out->n_threads = r.n_threads;
+        out->buffer_bytes = r.buffer_bytes;
+        out->read_bytes_per_s = r.read_bytes_per_s;
+        out->int8_ops_per_s = r.int8_ops_per_s;
+        std::strncpy(out->int8_isa, r.int8_isa.c_str(), sizeof out->int8_isa - 1);
+        return kt::Status::ok();
+    });
+    return s.code();
+}
+
+}  // extern "C"

@@ -1,0 +1,187 @@
+// The attention kernel of attention_kernels.h, written once with GCC vector extensions (16 f32 lanes) and compiled
+// per ISA: the compiler lowers a 16-lane vector to one AVX-512 register, two AVX2 registers or four SSE2 ones.
+// Included by exactly one translation unit per level (attention_scalar.cpp, avx2/, avx512/), each defining
+// KT_ATTEND_NAME; the element loads use the conversion instructions that level has.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backends/cpu/attention_kernels.h"
+#include "core/fp16.h"
+
+// Everything here has internal linkage: each translation unit compiles its own copy for its ISA, and the linker
+// must never merge the AVX-512 copy of an inline function into the AVX2 or scalar code (one-definition rule).
+namespace kt::cpu::attention_impl {
+namespace {
+
+typedef float v16 __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+constexpr int kLanes = 16;
+constexpr int kRowBlock = 8;  // query rows sharing each K tile load in Q·Kᵀ (8 accumulators + the tile row)
+
+inline v16 splat(float x) { return v16{} + x; }
+
+inline v16 load(const float *p) {
+    v16 v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+inline void store(float *p, v16 v) { std::memcpy(p, &v, sizeof v); }
+
+// 16 consecutive elements as f32.
+inline v16 load16(KvElem elem, const void *src) {
+    if (elem == KvElem::kF32) return load(static_cast<const float *>(src));
+    const uint16_t *h = static_cast<const uint16_t *>(src);
+    v16 v;
+    if (elem == KvElem::kBf16) {
+        v16i w;
+        for (int i = 0; i < kLanes; ++i) w[i] = static_cast<int32_t>(static_cast<uint32_t>(h[i]) << 16);
+        std::memcpy(&v, &w, sizeof v);
+        return v;
+    }
+#if defined(__AVX512F__)
+    const __m512 x = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(h)));
+    std::memcpy(&v, &x, sizeof v);
+#elif defined(__F16C__)
+    const __m256 lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(h)));
+    const __m256 hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(h + 8)));
+    std::memcpy(&v, &lo, 32);
+    std::memcpy(reinterpret_cast<char *>(&v) + 32, &hi, 32);
+#else
+    for (int i = 0; i < kLanes; ++i) v[i] = fp16_to_f32(h[i]);
+#endif
+    return v;
+}
+
+inline size_t elem_bytes(KvElem e) { return e == KvElem::kF32 ? 4 : 2; }
+
+// e^x for x <= 0 (softmax arguments), ~2 ulp: 2^n · p(r) with r = x - n ln 2 in [-ln2/2, ln2/2], p of degree 6;
+// below -87.3 the result is 0.
+inline v16 exp_nonpositive(v16 x) {
+    const v16 clamped = x < -87.3f ? splat(-87.3f) : x;
+    const v16 n = (clamped * 1.44269504f + 12582912.0f) - 12582912.0f;  // round to nearest
+    const v16 r = (clamped - n * 0.693359375f) - n * -2.12194440e-4f;   // ln 2 in two parts
+    v16 p = splat(1.0f / 720) * r + (1.0f / 120);
+    p = p * r + (1.0f / 24);
+    p = p * r + (1.0f / 6);
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const v16i e = (__builtin_convertvector(n, v16i) + 127) << 23;
+    v16 scale;
+    std::memcpy(&scale, &e, sizeof scale);
+    const v16 y = p * scale;
+    return x < -87.3f ? v16{} : y;
+}
+
+// Horizontal max and sum by halving (shuffles), not lane by lane.
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v4 __attribute__((vector_size(16)));
+inline v4 fold_max(v16 v) {
+    const v8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), b = __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+    const v8 m8 = a > b ? a : b;
+    const v4 c = __builtin_shufflevector(m8, m8, 0, 1, 2, 3), d = __builtin_shufflevector(m8, m8, 4, 5, 6, 7);
+    return c > d ? c : d;
+}
+inline float hmax(v16 v) {
+    const v4 m = fold_max(v);
+    return std::max(std::max(m[0], m[1]), std::max(m[2], m[3]));
+}
+inline float hsum(v16 v) {
+    const v8 s8 = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+    const v4 s4 = __builtin_shufflevector(s8, s8, 0, 1, 2, 3) + __builtin_shufflevector(s8, s8, 4, 5, 6, 7);
+    return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+
+inline void attend(const AttentionArgs &a) {
+    const int64_t R = a.rows, Dk = a.dk, Dv = a.dv;
+    const size_t eb = elem_bytes(a.elem);
+    int32_t max_visible = 0;
+    for (int64_t r = 0; r < R; ++r) max_visible = std::max(max_visible, a.visible[r]);
+    const int64_t n_tiles = (max_visible + kLanes - 1) / kLanes;
+
+    // Scratch: K tile [Dk][16], V tile [16][Dv] (f32), scores/probabilities [R][16], per-row m and l, o [R][Dv].
+    float *kf = a.scratch;
+    float *vf = kf + Dk * kLanes;
+    float *p = vf + kLanes * Dv;
+    float *m = p + R * kLanes;
+    float *l = m + R;
+    float *o = a.out;
+    for (int64_t r = 0; r < R; ++r) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+        std::fill_n(o + r * Dv, Dv, 0.0f);
+    }
+    const bool dv_vectors = Dv % kLanes == 0;
+
+    for (int64_t tile = 0; tile < n_tiles; ++tile) {
+        const int64_t pos0 = tile * kLanes;
+        const int64_t n_pos = std::min<int64_t>(kLanes, max_visible - pos0);
+        // Convert the tile once for all rows.
+        const uint8_t *kt = static_cast<const uint8_t *>(a.k_tiles) + static_cast<size_t>(tile * Dk * kLanes) * eb;
+        for (int64_t d = 0; d < Dk; ++d) store(kf + d * kLanes, load16(a.elem, kt + static_cast<size_t>(d * kLanes) * eb));
+        const uint8_t *vr = static_cast<const uint8_t *>(a.v_rows) + static_cast<size_t>(pos0 * Dv) * eb;
+        for (int64_t c = 0; c < n_pos; ++c) {
+            int64_t i = 0;
+            for (; i + kLanes <= Dv; i += kLanes) store(vf + c * Dv + i, load16(a.elem, vr + static_cast<size_t>(c * Dv + i) * eb));
+            for (; i < Dv; ++i) {  // a ragged tail (Dv not a multiple of 16)
+                const uint8_t *e = vr + static_cast<size_t>(c * Dv + i) * eb;
+                vf[c * Dv + i] = a.elem == KvElem::kF32 ? *reinterpret_cast<const float *>(e)
+                                 : a.elem == KvElem::kF16 ? fp16_to_f32(*reinterpret_cast<const uint16_t *>(e))
+                                                          : bf16_to_f32(*reinterpret_cast<const uint16_t *>(e));
+            }
+        }
+
+        // S = scale · Q Kᵀ for the rows that see this tile, kRowBlock rows per pass over the tile.
+        for (int64_t r0 = 0; r0 < R; r0 += kRowBlock) {
+            const int64_t nr = std::min<int64_t>(kRowBlock, R - r0);
+            v16 acc[kRowBlock] = {};
+            const float *q0 = a.q + r0 * Dk;
+            for (int64_t d = 0; d < Dk; ++d) {
+                const v16 kv = load(kf + d * kLanes);
+                for (int64_t i = 0; i < kRowBlock; ++i) acc[i] += q0[(i < nr ? i : 0) * Dk + d] * kv;
+            }
+            for (int64_t i = 0; i < nr; ++i) store(p + (r0 + i) * kLanes, acc[i] * a.scale);
+        }
+
+        // Online softmax: mask, new max, rescale, probabilities; then o += P V.
+        for (int64_t r = 0; r < R; ++r) {
+            const int64_t seen = std::min<int64_t>(a.visible[r] - pos0, kLanes);
+            if (seen <= 0) continue;  // the whole tile is in this row's future
+            v16 s = load(p + r * kLanes);
+            for (int64_t c = seen; c < kLanes; ++c) s[c] = -INFINITY;
+            const float m_new = std::max(m[r], hmax(s));
+            const float correction = exp_nonpositive(splat(m[r] - m_new))[0];
+            const v16 e = exp_nonpositive(s - m_new);
+            store(p + r * kLanes, e);
+            l[r] = l[r] * correction + hsum(e);
+            m[r] = m_new;
+            float *orow = o + r * Dv;
+            const float *pr = p + r * kLanes;
+            if (dv_vectors) {
+                for (int64_t i = 0; i < Dv; i += kLanes) {
+                    v16 acc = load(orow + i) * correction;
+                    for (int64_t c = 0; c < seen; ++c) acc += pr[c] * load(vf + c * Dv + i);
+                    store(orow + i, acc);
+                }
+            } else {
+                for (int64_t i = 0; i < Dv; ++i) {
+                    float acc = orow[i] * correction;
+                    for (int64_t c = 0; c < seen; ++c) acc += pr[c] * vf[c * Dv + i];
+                    orow[i] = acc;
+                }
+            }
+        }
+    }
+    for (int64_t r = 0; r < R; ++r) {
+        const float inv = 1.0f / l[r];
+        for (int64_t i = 0; i < Dv; ++i) o[r * Dv + i] *= inv;
+    }
+}
+
+}  // namespace
+}  // namespace kt::cpu::attention_impl

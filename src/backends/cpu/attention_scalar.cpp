@@ -1,0 +1,8 @@
+// The attention kernel compiled for the scalar level (see attention_impl.h).
+#include "backends/cpu/attention_impl.h"
+
+namespace kt::cpu::detail {
+
+void attend_scalar(const AttentionArgs &args) { attention_impl::attend(args); }
+
+}  // namespace kt::cpu::detail

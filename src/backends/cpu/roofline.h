@@ -1,0 +1,41 @@
+// The machine's roofline, measured: how fast memory can be read and how many int8 dot-product operations the
+// cores can retire, with the threads that will run the real work. Benchmarks state their results as a fraction
+// of these (decode is bandwidth bound, prefill compute bound), measured in the same run so that a busy or
+// throttled machine lowers both sides alike.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+
+namespace kt::cpu {
+
+struct Roofline {
+    int n_threads = 0;
+    uint64_t buffer_bytes = 0;      // bytes streamed per bandwidth pass
+    double read_bytes_per_s = 0.0;  // best pass: every thread summing its slice of the buffer
+    double int8_ops_per_s = 0.0;    // 2 ops per int8 multiply-add, best of the repetitions
+    std::string int8_isa;           // the instruction measured: "avx512-vnni", "avx-vnni", "avx2", "scalar"
+};
+
+// buffer_bytes: the bandwidth buffer (rounded down to a multiple of 4 KiB per thread); use several times the
+// last-level cache. Each thread first-touches its own slice, so on NUMA machines the pages are local to it.
+Status measure_roofline(ThreadPool &pool, uint64_t buffer_bytes, Roofline *out);
+
+// The per-ISA probes (roofline_avx512.cpp, roofline_avx2.cpp, roofline.cpp for scalar). read_sum sums n bytes
+// (a multiple of 512) as 64-bit words; int8_dots runs `iterations` rounds of independent dot instructions and
+// returns a value that depends on all of them; *_macs_per_iteration says how many multiply-adds one round is.
+namespace probe {
+uint64_t read_sum_avx512(const void *data, uint64_t n);
+int64_t int8_dots_avx512_vnni(int64_t iterations);
+inline constexpr int64_t kAvx512VnniMacsPerIteration = 16 * 64;
+uint64_t read_sum_avx2(const void *data, uint64_t n);
+int64_t int8_dots_avx_vnni(int64_t iterations);
+inline constexpr int64_t kAvxVnniMacsPerIteration = 16 * 32;
+int64_t int8_dots_avx2(int64_t iterations);
+inline constexpr int64_t kAvx2MacsPerIteration = 8 * 32;
+}  // namespace probe
+
+}  // namespace kt::cpu

@@ -1,0 +1,36 @@
+// The building blocks the families' forward passes are made of. Each family's file shows its layer structure
+// top to bottom and calls these for the parts they share; shapes are in the comments, T = tokens in the batch.
+#pragma once
+
+#include <cstdint>
+
+#include "core/status.h"
+#include "model/arch/arch.h"
+#include "model/model.h"
+
+namespace kt::model {
+
+// x [T, E] = token_embd[tokens]; the batch's RoPE cos/sin table into scratch.rope.
+void begin_batch(const Model &m, const Batch &b, ForwardHost &host);
+
+// The attention sub-block, h [T, E] -> out [T, E] (out may alias h):
+//   q, k, v = Wq h (+bq), Wk h (+bk), Wv h (+bv)          q [T, H, Dk], k [T, Hkv, Dk], v [T, Hkv, Dv]
+//   q, k    = RMSNorm per head (when the layer has attn_q_norm / attn_k_norm: qwen3, qwen3moe)
+//   q, k    = RoPE(q, k)                                    NORM or NEOX, from the hyperparameters
+//   a       = softmax(kq_scale · q kᵀ + causal mask) v      over the KV cache, GQA; a [T, H, Dv]
+//   out     = Wo a                                          [T, E]
+Status self_attention(const Model &m, int64_t layer, const Batch &b, ForwardHost &host, const float *h, float *out);
+
+// A dense SwiGLU FFN, run as a one-expert pool: out [T, E] = W_down(silu(W_gate h) ⊙ W_up h), scaled per token by
+// `scale` ([T], or null for 1).
+void dense_ffn(const Ffn &ffn, const float *h, int64_t n_tokens, const float *scale, ForwardHost &host, float *out);
+
+// A routed MoE FFN: router logits [T, X] = W_gate_inp h; top-k experts and weights per token by `routing`;
+// out [T, E] = Σ_j w_j · expert_j(h).
+void moe_ffn(const LayerWeights &L, const ops::RoutingParams &routing, const float *h, int64_t n_tokens,
+             ForwardHost &host, float *out);
+
+// logits [n_outputs, V] = W_out RMSNorm(x) for the last n_outputs rows of the residual stream.
+void output_head(const Model &m, const Batch &b, ForwardHost &host);
+
+}  // namespace kt::model

@@ -1,0 +1,46 @@
+// qwen3: Qwen3 dense models. The LLaMA graph (llama_forward) with NEOX RoPE, no biases, and an RMSNorm over each
+// Q and K head (attn_q_norm / attn_k_norm, shared by all heads) before RoPE. key_length matters: head_dim ·
+// n_head need not equal the hidden size. The output head is tied to token_embd in the small models.
+#include "model/arch/blocks.h"
+#include "model/arch/families.h"
+
+namespace kt::model {
+namespace {
+
+Status read_hparams(const gguf::File &file, HParams *hp) {
+    HParamReader r(file, hp->arch);
+    KT_TRY(read_common_hparams(file, r, hp));
+    hp->rope.mode = ops::RopeMode::kNeox;
+    KT_RETURN_IF(hp->n_ff == 0, KT_STATUS_INVALID_FILE, "qwen3: '%s' is missing or 0",
+                 r.key("feed_forward_length").c_str());
+    KT_RETURN_IF(hp->n_expert != 0, KT_STATUS_INVALID_FILE, "qwen3: '%s' is set; MoE models are qwen3moe",
+                 r.key("expert_count").c_str());
+    return Status::ok();
+}
+
+void for_each_tensor(const HParams &hp, Weights &w, TensorTable &t) {
+    const int64_t E = hp.n_embd, V = hp.n_vocab, H = hp.n_head, Hkv = hp.n_head_kv;
+    const int64_t Dk = hp.head_dim_k, Dv = hp.head_dim_v, F = hp.n_ff;
+    t.embedding("token_embd", E, V, w.token_embd);
+    t.vector("output_norm", E, kRequired, w.output_norm);
+    t.linear("output", E, V, kOptional | kTiedToEmbedding, w.output);
+    for (int64_t l = 0; l < hp.n_layer; ++l) {
+        LayerWeights &L = w.layers[l];
+        const std::string b = block_prefix(l);
+        t.vector(b + "attn_norm", E, kRequired, L.attn_norm);
+        t.linear(b + "attn_q", E, H * Dk, kRequired, L.wq);
+        t.linear(b + "attn_k", E, Hkv * Dk, kRequired, L.wk);
+        t.linear(b + "attn_v", E, Hkv * Dv, kRequired, L.wv);
+        t.linear(b + "attn_output", H * Dv, E, kRequired, L.wo);
+        t.vector(b + "attn_q_norm", Dk, kRequired, L.attn_q_norm);
+        t.vector(b + "attn_k_norm", Dk, kRequired, L.attn_k_norm);
+        t.vector(b + "ffn_norm", E, kRequired, L.ffn_norm);
+        t.ffn(b + "ffn", "", E, F, 0, kRequired, L.ffn);
+    }
+}
+
+}  // namespace
+
+extern const Architecture kQwen3 = {"qwen3", read_hparams, for_each_tensor, llama_forward};
+
+}  // namespace kt::model

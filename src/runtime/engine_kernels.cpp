@@ -1,0 +1,128 @@
+#include "runtime/engine_kernels.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/kernels.h"
+#include "mem/pinned_pool.h"
+#include "moe/expert_pool.h"
+#include "moe/linear.h"
+#include "moe/weights.h"
+
+namespace kt::runtime {
+namespace {
+
+Status source_of(const ops::MatrixView &w, int64_t count, moe::MatrixSource *out) {
+    return Status(moe::make_source(w.type, w.data, w.rows * count, w.cols, out)).with_context(w.name);
+}
+
+// ops::Linear over moe::PackedLinear: each calling thread keeps its own activation workspace (a model's Linears
+// are shared by every context running it).
+class EngineLinear final : public ops::Linear {
+public:
+    explicit EngineLinear(std::unique_ptr<moe::PackedLinear> linear) : linear_(std::move(linear)) {}
+
+    int64_t in_features() const override { return linear_->in_features(); }
+    int64_t out_features() const override { return linear_->out_features(); }
+
+    void forward(const float *x, int64_t n_tokens, float *y, ThreadPool &pool) const override {
+        thread_local moe::PackedLinear::Workspace workspace;
+        linear_->forward(x, n_tokens, y, linear_->out_features(), &workspace, &pool);
+    }
+
+private:
+    std::unique_ptr<moe::PackedLinear> linear_;
+};
+
+class PoolFfn final : public ops::ExpertFfn {
+public:
+    PoolFfn(std::unique_ptr<moe::ExpertPool> pool, int64_t n, int64_t hidden, int64_t intermediate, int64_t max_tokens)
+        : pool_(std::move(pool)), n_(n), hidden_(hidden), intermediate_(intermediate), max_tokens_(max_tokens) {}
+
+    int64_t n_experts() const override { return n_; }
+    int64_t hidden() const override { return hidden_; }
+    int64_t intermediate() const override { return intermediate_; }
+
+    void forward(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights, int64_t k, float *out,
+                 ThreadPool &) const override {
+        for (int64_t t0 = 0; t0 < n_tokens; t0 += max_tokens_) {
+            moe::ForwardArgs args;
+            args.n_tokens = std::min(max_tokens_, n_tokens - t0);
+            args.top_k = static_cast<int32_t>(k);
+            args.input = x + t0 * hidden_;
+            args.ids = ids + t0 * k;
+            args.weights = weights + t0 * k;
+            args.output = out + t0 * hidden_;
+            (void)pool_->forward(args);  // arguments were validated by the model loader and the router
+        }
+    }
+
+private:
+    std::unique_ptr<moe::ExpertPool> pool_;
+    int64_t n_, hidden_, intermediate_, max_tokens_;
+};
+
+// The most experts per token any architecture here routes to (DeepSeek-V3, Qwen3: 8).
+constexpr int32_t kMaxTopK = 16;
+// Expert pools spin only briefly after a call: the next layer's work belongs to other threads (the context's, or
+// the next layer's pool), which must not compete with spinning ones.
+constexpr int64_t kPoolSpinNs = 20'000;
+
+class EngineKernels final : public ops::KernelFactory {
+public:
+    EngineKernels(const EngineOptions &options, std::unique_ptr<ThreadPool> load_pool)
+        : options_(options), load_pool_(std::move(load_pool)),
+          ks_(cpu::best_kernel_set(cpu::active_isa_level())), name_(std::string("expert engine (") + ks_.name + ")") {}
+
+    const char *name() const override { return name_.c_str(); }
+
+    Status make_linear(const ops::MatrixView &w, const float *bias, std::unique_ptr<ops::Linear> *out) const override {
+        moe::MatrixSource src;
+        KT_TRY(source_of(w, 1, &src));
+        std::unique_ptr<moe::PackedLinear> linear;
+        KT_TRY(Status(moe::PackedLinear::create(src, moe::TargetFormat::kAsSource, bias, ks_, load_pool_.get(), &linear))
+                   .with_context(w.name));
+        *out = std::make_unique<EngineLinear>(std::move(linear));
+        return Status::ok();
+    }
+
+    Status make_experts(const ops::MatrixStack &gate, const ops::MatrixStack &up, const ops::MatrixStack &down,
+                        std::unique_ptr<ops::ExpertFfn> *out) const override {
+        moe::MatrixSource g, u, d;
+        KT_TRY(source_of(gate.first, gate.count, &g));
+        KT_TRY(source_of(up.first, up.count, &u));
+        KT_TRY(source_of(down.first, down.count, &d));
+        moe::ExpertPoolConfig c;
+        c.n_experts = gate.count;
+        c.hidden = gate.first.cols;
+        c.intermediate = gate.first.rows;
+        c.max_tokens = options_.max_tokens;
+        c.max_top_k = static_cast<int32_t>(std::min<int64_t>(kMaxTopK, gate.count));
+        c.format = moe::TargetFormat::kAsSource;  // each matrix in its own format, or the closest one with a kernel
+        c.n_threads = options_.n_threads;
+        c.spin_ns = kPoolSpinNs;
+        std::unique_ptr<moe::ExpertPool> pool;
+        KT_TRY(Status(moe::ExpertPool::create(c, &pool)).with_context(gate.first.name));
+        KT_TRY(Status(pool->load(g, u, d)).with_context(gate.first.name));
+        *out = std::make_unique<PoolFfn>(std::move(pool), c.n_experts, c.hidden, c.intermediate, c.max_tokens);
+        return Status::ok();
+    }
+
+private:
+    EngineOptions options_;
+    std::unique_ptr<ThreadPool> load_pool_;
+    const cpu::KernelSet &ks_;
+    std::string name_;
+};
+
+}  // namespace
+
+Status create_engine_kernels(const EngineOptions &options, std::unique_ptr<ops::KernelFactory> *out) {
+    std::unique_ptr<ThreadPool> load_pool;
+    KT_TRY(mem::create_pinned_pool(options.n_threads, "kt-load", &load_pool));
+    *out = std::make_unique<EngineKernels>(options, std::move(load_pool));
+    return Status::ok();
+}
+
+}  // namespace kt::runtime

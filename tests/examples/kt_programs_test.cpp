@@ -1,0 +1,239 @@
+// kt-synth, kt-run and kt-bench as programs: what they write and print, checked through kt.h and against the
+// golden logits, and their exit codes.
+#include <sys/wait.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kt.h"
+#include "support/test_support.h"
+
+namespace {
+
+struct Run {
+    int exit_code;
+    std::string output;  // stdout and stderr
+};
+
+Run run(const std::string &exe, const std::string &args) {
+    const std::string cmd = exe + " " + args + " 2>&1";
+    FILE *pipe = popen(cmd.c_str(), "r");
+    REQUIRE(pipe != nullptr);
+    Run r{-1, ""};
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, n);
+    const int status = pclose(pipe);
+    REQUIRE(WIFEXITED(status));  // a signal (crash) is always a failure
+    r.exit_code = WEXITSTATUS(status);
+    return r;
+}
+
+// Tensor name -> type of a GGUF file.
+std::map<std::string, int32_t> tensor_types(const std::string &path) {
+    kt_model *m = nullptr;
+    REQUIRE(kt_model_load(path.c_str(), nullptr, &m, nullptr) == KT_STATUS_OK);
+    std::map<std::string, int32_t> types;
+    for (int64_t i = 0; i < kt_model_tensor_count(m); ++i) {
+        kt_tensor_info t;
+        t.struct_size = sizeof t;
+        REQUIRE(kt_model_tensor_info(m, i, &t) == KT_STATUS_OK);
+        types[t.name] = t.type;
+    }
+    kt_model_free(m);
+    return types;
+}
+
+// Loads a model and decodes a few tokens: the file is something kt runs.
+void runs(const std::string &path) {
+    kt_model *m = nullptr;
+    REQUIRE(kt_model_load(path.c_str(), nullptr, &m, nullptr) == KT_STATUS_OK);
+    kt_context_params p;
+    kt_context_params_init(&p);
+    p.n_ctx = 32;
+    p.n_threads = 1;
+    kt_context *ctx = nullptr;
+    kt_error err = {sizeof(kt_error), 0, {0}};
+    const kt_status s = kt_context_create(m, &p, &ctx, &err);
+    INFO(err.message);
+    REQUIRE(s == KT_STATUS_OK);
+    const int32_t tokens[] = {1, 2, 3, 4, 5};
+    CHECK(kt_context_decode(ctx, tokens, 5, KT_LOGITS_LAST) == KT_STATUS_OK);
+    const float *logits = nullptr;
+    REQUIRE(kt_context_logits(ctx, 0, &logits, nullptr) == KT_STATUS_OK);
+    CHECK(std::isfinite(logits[0]));
+    kt_context_free(ctx);
+    kt_model_free(m);
+}
+
+std::vector<uint8_t> bytes_of(const std::string &path) { return kt::test::read_file(path); }
+
+}  // namespace
+
+TEST_CASE("kt-synth writes models of every architecture that kt runs") {
+    kt::test::TempDir dir;
+    const char *small = " --hidden 64 --heads 4 --heads-kv 2 --head-dim 16 --ff 96 --layers 2 --vocab 300";
+    // deepseek2: MLA with a 32 + 16 query head, 64-wide latent, one dense layer, groups.
+    const char *mla = " --hidden 64 --heads 4 --head-dim 48 --kv-lora 64 --rope-dims 16 --v-head 32 --ff 96"
+                      " --expert-ff 32 --layers 3 --vocab 300 --shared-experts 1 --groups 4 --groups-used 2";
+    for (const char *arch : {"llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "deepseek2"}) {
+        for (const char *type : {"q4_k_m", "q8_0", "f16"}) {
+            INFO(arch << " " << type);
+            const std::string out = dir.file(std::string(arch) + "-" + type + ".gguf");
+            const bool is_mla = std::string(arch) == "deepseek2";
+            const Run r = run(KT_SYNTH_EXE, "-o " + out + " --arch " + arch + " --type " + type + (is_mla ? mla : small));
+            INFO(r.output);
+            REQUIRE(r.exit_code == 0);
+            runs(out);
+        }
+    }
+    // Mixtral-style llama with experts.
+    const std::string mixtral = dir.file("mixtral.gguf");
+    REQUIRE(run(KT_SYNTH_EXE, "-o " + mixtral + " --arch llama --experts 4 --experts-used 2" + small).exit_code == 0);
+    runs(mixtral);
+    CHECK(tensor_types(mixtral).count("blk.1.ffn_down_exps.weight") == 1);
+}
+
+TEST_CASE("kt-synth: the Q4_K_M mix, the seed, tied heads and bad arguments") {
+    kt::test::TempDir dir;
+    // A MoE model with 8 experts and 256-wide rows (K-quants fit): Q8_0 attn_k/attn_v, Q5_K attn_output, Q6_K head,
+    // F32 norms and router, Q6_K ffn_down in the "more bits" layers (0 of 2 and 1 of 2 are both first/last eighth).
+    const std::string a = dir.file("a.gguf"), b = dir.file("b.gguf"), c = dir.file("c.gguf"), t = dir.file("t.gguf");
+    const std::string shape = " --arch qwen3moe --hidden 256 --heads 4 --heads-kv 2 --head-dim 64 --expert-ff 256"
+                              " --experts 8 --experts-used 2 --layers 2 --vocab 300";
+    REQUIRE(run(KT_SYNTH_EXE, "-o " + a + shape).exit_code == 0);
+    const auto types = tensor_types(a);
+    CHECK(types.at("blk.0.attn_q.weight") == KT_TYPE_Q4_K);
+    CHECK(types.at("blk.0.attn_k.weight") == KT_TYPE_Q8_0);
+    CHECK(types.at("blk.0.attn_v.weight") == KT_TYPE_Q8_0);
+    CHECK(types.at("blk.0.attn_output.weight") == KT_TYPE_Q5_K);
+    CHECK(types.at("blk.1.ffn_gate_exps.weight") == KT_TYPE_Q4_K);
+    CHECK(types.at("blk.1.ffn_down_exps.weight") == KT_TYPE_Q6_K);
+    CHECK(types.at("output.weight") == KT_TYPE_Q6_K);
+    CHECK(types.at("token_embd.weight") == KT_TYPE_Q4_K);
+    CHECK(types.at("blk.0.ffn_gate_inp.weight") == KT_TYPE_F32);
+    CHECK(types.at("blk.0.attn_k_norm.weight") == KT_TYPE_F32);
+
+    // Same seed, same bytes; another seed, other bytes.
+    REQUIRE(run(KT_SYNTH_EXE, "-o " + b + shape).exit_code == 0);
+    REQUIRE(run(KT_SYNTH_EXE, "-o " + c + shape + " --seed 2").exit_code == 0);
+    CHECK(bytes_of(a) == bytes_of(b));
+    CHECK(bytes_of(a) != bytes_of(c));
+
+    // Tied: no output.weight, and the model still runs (the head is token_embd).
+    REQUIRE(run(KT_SYNTH_EXE, "-o " + t + shape + " --tied --type q8_0").exit_code == 0);
+    CHECK(tensor_types(t).count("output.weight") == 0);
+    runs(t);
+
+    // --vocab-from: a real vocabulary, so that text goes in and out.
+    const std::string v = dir.file("v.gguf");
+    REQUIRE(run(KT_SYNTH_EXE, "-o " + v + " --arch qwen3 --hidden 64 --heads 4 --heads-kv 2 --head-dim 16 --ff 96 "
+                              "--layers 1 --vocab-from " + kt::test::testdata_path("tokenizer/llama3.gguf")).exit_code == 0);
+    kt_model *vm = nullptr;
+    REQUIRE(kt_model_load(v.c_str(), nullptr, &vm, nullptr) == KT_STATUS_OK);
+    kt_vocab_info info;
+    info.struct_size = sizeof info;
+    REQUIRE(kt_vocab_get_info(vm, &info) == KT_STATUS_OK);
+    CHECK(info.n_tokens > 100000);
+    kt_model_free(vm);
+    const Run text = run(KT_RUN_EXE, "-m " + v + " -p 'Hello there' -n 8");
+    CHECK(text.exit_code == 0);
+
+    CHECK(run(KT_SYNTH_EXE, "-o " + t + " --arch gptj").exit_code == 1);
+    CHECK(run(KT_SYNTH_EXE, "-o " + t + " --type q9_9").exit_code == 2);
+    CHECK(run(KT_SYNTH_EXE, "--arch qwen3").exit_code == 2);
+}
+
+TEST_CASE("kt-run's --logits matches llama.cpp's golden logits, generation works, exit codes are right") {
+    kt::test::TempDir dir;
+    // seq0 of the qwen3moe golden reference: 8 tokens.
+    kt_model *ref = nullptr;
+    REQUIRE(kt_model_load(kt::test::testdata_path("models/qwen3moe.f32.ref.gguf").c_str(), nullptr, &ref, nullptr) ==
+            KT_STATUS_OK);
+    int64_t index = -1;
+    REQUIRE(kt_model_tensor_find(ref, "seq0.tokens", &index) == KT_STATUS_OK);
+    std::vector<float> ids(8), expected(8 * 512);
+    REQUIRE(kt_model_tensor_read_f32(ref, index, ids.data(), ids.size(), nullptr) == KT_STATUS_OK);
+    REQUIRE(kt_model_tensor_find(ref, "seq0.logits", &index) == KT_STATUS_OK);
+    REQUIRE(kt_model_tensor_read_f32(ref, index, expected.data(), expected.size(), nullptr) == KT_STATUS_OK);
+    kt_model_free(ref);
+    std::string list;
+    for (float f : ids) list += (list.empty() ? "" : ",") + std::to_string(static_cast<int>(f));
+
+    const std::string model = kt::test::testdata_path("models/qwen3moe.f32.gguf");
+    const std::string logits = dir.file("logits.f32");
+    const Run r = run(KT_RUN_EXE, "-m " + model + " --tokens " + list + " -n 6 -t 1 --kv-type f32 --kernels reference --ids --logits " + logits);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    const std::vector<uint8_t> raw = bytes_of(logits);
+    REQUIRE(raw.size() == expected.size() * sizeof(float));
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < expected.size(); ++i) {
+        float v;
+        std::memcpy(&v, raw.data() + i * sizeof(float), sizeof v);
+        diff = std::max(diff, std::fabs(static_cast<double>(v) - expected[i]));
+        scale = std::max(scale, std::fabs(static_cast<double>(expected[i])));
+    }
+    CHECK(diff / scale < 1e-4);  // tier A
+    // Six generated ids on the first line, then the timing lines.
+    const std::string first_line = r.output.substr(0, r.output.find('\n'));
+    CHECK(std::count(first_line.begin(), first_line.end(), ' ') == 5);
+    CHECK(r.output.find("tokens/s") != std::string::npos);
+
+    // A text prompt goes through the model's tokenizer: its logits equal those of the ids kt_tokenize gives.
+    kt_model *m = nullptr;
+    REQUIRE(kt_model_load(model.c_str(), nullptr, &m, nullptr) == KT_STATUS_OK);
+    const std::string text = "hello world";
+    std::vector<int32_t> ids_of_text(64);
+    int64_t n_ids = 0;
+    REQUIRE(kt_tokenize(m, text.c_str(), text.size(), 1, 1, ids_of_text.data(), 64, &n_ids) == KT_STATUS_OK);
+    kt_model_free(m);
+    std::string id_list;
+    for (int64_t i = 0; i < n_ids; ++i) id_list += (i ? "," : "") + std::to_string(ids_of_text[static_cast<size_t>(i)]);
+    const std::string from_text = dir.file("text.f32"), from_ids = dir.file("ids.f32");
+    REQUIRE(run(KT_RUN_EXE, "-m " + model + " -p '" + text + "' -n 3 -t 1 --logits " + from_text).exit_code == 0);
+    REQUIRE(run(KT_RUN_EXE, "-m " + model + " --tokens " + id_list + " -n 0 -t 1 --logits " + from_ids).exit_code == 0);
+    CHECK(bytes_of(from_text) == bytes_of(from_ids));
+    CHECK(bytes_of(from_text).size() == static_cast<size_t>(n_ids) * 512 * sizeof(float));
+
+    CHECK(run(KT_RUN_EXE, "-m " + model).exit_code == 2);                               // no prompt
+    CHECK(run(KT_RUN_EXE, "-m " + model + " -p hi --tokens 1").exit_code == 2);         // two prompts
+    CHECK(run(KT_RUN_EXE, "-m " + model + " --tokens 1,x").exit_code == 2);            // bad ids
+    CHECK(run(KT_RUN_EXE, "-m " + dir.file("missing.gguf") + " --tokens 1").exit_code == 1);
+    CHECK(run(KT_RUN_EXE, "-m " + model + " --tokens 1,99999").exit_code == 1);        // outside the vocabulary
+    const Run sampled = run(KT_RUN_EXE, "-m " + model + " --tokens 1,2 -n 4 --temp 0.9 --top-k 20 --top-p 0.9 --min-p 0.02"
+                                        " --repeat-penalty 1.1 --presence-penalty 0.2 -s 5");
+    CHECK(sampled.exit_code == 0);
+}
+
+TEST_CASE("kt-bench prints llama-bench's table with the roofline, and csv and json") {
+    const std::string model = kt::test::testdata_path("models/qwen3moe.q8_0.gguf");
+    const std::string common = "-m " + model + " -p 16 -n 4 -r 2 -t 1 --roofline-mib 16";
+    Run md = run(KT_BENCH_EXE, common);
+    INFO(md.output);
+    REQUIRE(md.exit_code == 0);
+    CHECK(md.output.find("| model ") != std::string::npos);
+    CHECK(md.output.find("| qwen3moe ?B Q8_0") != std::string::npos);
+    CHECK(md.output.find("pp16") != std::string::npos);
+    CHECK(md.output.find("tg4") != std::string::npos);
+    CHECK(md.output.find("roofline with 1 threads: read") != std::string::npos);
+    CHECK(md.output.find("load average") != std::string::npos);
+    CHECK(md.output.find("| attention |") != std::string::npos);
+
+    Run csv = run(KT_BENCH_EXE, common + " -o csv");
+    REQUIRE(csv.exit_code == 0);
+    CHECK(csv.output.find("avg_ts,stddev_ts") != std::string::npos);
+    CHECK(csv.output.find("bound_fraction") != std::string::npos);
+    Run json = run(KT_BENCH_EXE, common + " -o json -pg 8,2");
+    REQUIRE(json.exit_code == 0);
+    CHECK(json.output.find("\"test\": \"pp8+tg2\"") != std::string::npos);
+    CHECK(run(KT_BENCH_EXE, "-m " + model + " -o xml").exit_code == 2);
+}

@@ -1,0 +1,286 @@
+// The runtime's and ops' pieces against independent formulas: attention over the KV cache (vs a direct double
+// computation), RoPE (rotation, angles, linear and YaRN scaling), MoE routing, and the sampler's filters.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <vector>
+
+#include "backends/cpu/cpu_features.h"
+#include "core/thread_pool.h"
+#include "ops/transformer_ops.h"
+#include "runtime/kv_cache.h"
+#include "runtime/sampler.h"
+#include "support/test_support.h"
+
+namespace {
+
+std::unique_ptr<kt::ThreadPool> make_pool(int n) {
+    kt::ThreadPoolOptions o;
+    o.n_threads = n;
+    std::unique_ptr<kt::ThreadPool> pool;
+    REQUIRE(kt::ThreadPool::create(o, &pool).is_ok());
+    return pool;
+}
+
+// Causal GQA attention in double, straight from the definition.
+std::vector<double> naive_attention(const std::vector<float> &q, const std::vector<float> &k, const std::vector<float> &v,
+                                    int64_t T, int64_t H, int64_t Hkv, int64_t Dk, int64_t Dv, float scale) {
+    std::vector<double> out(static_cast<size_t>(T * H * Dv), 0.0);
+    for (int64_t t = 0; t < T; ++t)
+        for (int64_t h = 0; h < H; ++h) {
+            const int64_t g = h / (H / Hkv);
+            std::vector<double> s(static_cast<size_t>(t + 1));
+            for (int64_t j = 0; j <= t; ++j) {
+                double d = 0;
+                for (int64_t i = 0; i < Dk; ++i) d += double(q[(t * H + h) * Dk + i]) * k[(j * Hkv + g) * Dk + i];
+                s[j] = d * scale;
+            }
+            const double m = *std::max_element(s.begin(), s.end());
+            double sum = 0;
+            for (double &x : s) sum += x = std::exp(x - m);
+            for (int64_t j = 0; j <= t; ++j)
+                for (int64_t i = 0; i < Dv; ++i) out[(t * H + h) * Dv + i] += s[j] / sum * v[(j * Hkv + g) * Dv + i];
+        }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("attention over the KV cache equals the definition, whatever the batching, on every ISA level") {
+    struct Shape {
+        int64_t H, Hkv, Dk, Dv, T;
+    };
+    auto pool = make_pool(3);
+    const kt::cpu::IsaLevel cap = kt::cpu::max_isa_level();
+    for (kt::cpu::IsaLevel level : {kt::cpu::IsaLevel::kScalar, kt::cpu::IsaLevel::kAvx2, kt::cpu::IsaLevel::kAvx512}) {
+    if (level > kt::cpu::host_isa_level()) continue;
+    kt::cpu::set_max_isa_level(level);  // the cache picks its kernels at creation
+    INFO("ISA level " << kt::cpu::isa_level_name(level));
+    for (const Shape sh : {Shape{4, 2, 16, 16, 7}, Shape{8, 1, 32, 24, 40}, Shape{3, 3, 8, 8, 33}, Shape{6, 2, 64, 64, 17},
+                           Shape{4, 1, 80, 64, 21}}) {
+        INFO("H " << sh.H << " Hkv " << sh.Hkv << " Dk " << sh.Dk << " Dv " << sh.Dv << " T " << sh.T);
+        kt::model::HParams hp;
+        hp.n_layer = 2;
+        hp.n_head = sh.H;
+        hp.n_head_kv = sh.Hkv;
+        hp.head_dim_k = sh.Dk;
+        hp.head_dim_v = sh.Dv;
+        hp.kq_scale = 1.0f / std::sqrt(float(sh.Dk));
+        const auto q = kt::test::random_normal(size_t(sh.T * sh.H * sh.Dk), 1);
+        const auto k = kt::test::random_normal(size_t(sh.T * sh.Hkv * sh.Dk), 2);
+        const auto v = kt::test::random_normal(size_t(sh.T * sh.Hkv * sh.Dv), 3);
+        const auto k_other = kt::test::random_normal(k.size(), 4), v_other = kt::test::random_normal(v.size(), 5);
+        const std::vector<double> expected = naive_attention(q, k, v, sh.T, sh.H, sh.Hkv, sh.Dk, sh.Dv, hp.kq_scale);
+        for (int32_t type : {KT_TYPE_F32, KT_TYPE_F16, KT_TYPE_BF16, KT_TYPE_Q8_0}) {
+            if (type == KT_TYPE_Q8_0 && (sh.Dk % 32 != 0 || sh.Dv % 32 != 0)) {
+                kt::runtime::KvCache cache;
+                CHECK(kt::runtime::KvCache::create(hp, 64, type, 1, &cache).code() == KT_STATUS_UNSUPPORTED);
+                continue;
+            }
+            const double tolerance = type == KT_TYPE_F32 ? 1e-5 : type == KT_TYPE_F16 ? 3e-3 : type == KT_TYPE_BF16 ? 2e-2 : 3e-2;
+            // One call, then the same tokens in uneven steps (the later steps attend to cached positions); the
+            // second layer's slice must not disturb the first.
+            for (int64_t step : {sh.T, int64_t(5), int64_t(1)}) {
+                INFO("type " << kt_type_name(type) << ", step " << step);
+                kt::runtime::KvCache cache;
+                REQUIRE(kt::runtime::KvCache::create(hp, 64, type, pool->size(), &cache).is_ok());
+                std::vector<float> out(size_t(sh.T * sh.H * sh.Dv), 0.0f), other(out.size());
+                for (int64_t t0 = 0; t0 < sh.T; t0 += step) {
+                    const int64_t n = std::min(step, sh.T - t0);
+                    cache.attend(1, t0, n, q.data() + t0 * sh.H * sh.Dk, k_other.data() + t0 * sh.Hkv * sh.Dk,
+                                 v_other.data() + t0 * sh.Hkv * sh.Dv, other.data() + t0 * sh.H * sh.Dv, *pool);
+                    cache.attend(0, t0, n, q.data() + t0 * sh.H * sh.Dk, k.data() + t0 * sh.Hkv * sh.Dk,
+                                 v.data() + t0 * sh.Hkv * sh.Dv, out.data() + t0 * sh.H * sh.Dv, *pool);
+                }
+                double worst = 0, scale = 0;
+                for (size_t i = 0; i < out.size(); ++i) {
+                    worst = std::max(worst, std::fabs(out[i] - expected[i]));
+                    scale = std::max(scale, std::fabs(expected[i]));
+                }
+                CHECK(worst / scale < tolerance);
+            }
+        }
+    }
+    }
+    kt::cpu::set_max_isa_level(cap);
+}
+
+TEST_CASE("RoPE rotates pairs by pos * base^(-2i/n), NORM adjacent and NEOX by halves") {
+    kt::ops::RopeParams p;
+    p.n_rot = 8;
+    p.freq_base = 10000.0f;
+    const int32_t positions[] = {0, 1, 17, 250};
+    std::vector<float> cs(4 * 4 * 2);
+    kt::ops::rope_table(p, nullptr, positions, 4, cs.data());
+    for (int t = 0; t < 4; ++t)
+        for (int i = 0; i < 4; ++i) {
+            const double theta = positions[t] * std::pow(10000.0, -2.0 * i / 8);
+            CHECK(cs[(t * 4 + i) * 2] == Approx(std::cos(theta)).margin(2e-5));
+            CHECK(cs[(t * 4 + i) * 2 + 1] == Approx(std::sin(theta)).margin(2e-5));
+        }
+
+    // Head dim 10 with n_rot 8: the last two values pass through. Two heads, token stride 20.
+    const std::vector<float> x = kt::test::random_normal(4 * 20, 9);
+    for (kt::ops::RopeMode mode : {kt::ops::RopeMode::kNorm, kt::ops::RopeMode::kNeox}) {
+        p.mode = mode;
+        std::vector<float> y = x;
+        kt::ops::rope_apply(p, cs.data(), 4, 2, 10, 20, y.data());
+        for (int t = 0; t < 4; ++t)
+            for (int h = 0; h < 2; ++h) {
+                const float *a = x.data() + t * 20 + h * 10, *b = y.data() + t * 20 + h * 10;
+                for (int i = 0; i < 4; ++i) {
+                    const int i0 = mode == kt::ops::RopeMode::kNorm ? 2 * i : i;
+                    const int i1 = mode == kt::ops::RopeMode::kNorm ? 2 * i + 1 : i + 4;
+                    const double c = cs[(t * 4 + i) * 2], s = cs[(t * 4 + i) * 2 + 1];
+                    CHECK(b[i0] == Approx(a[i0] * c - a[i1] * s).margin(1e-5));
+                    CHECK(b[i1] == Approx(a[i0] * s + a[i1] * c).margin(1e-5));
+                }
+                CHECK(b[8] == a[8]);
+                CHECK(b[9] == a[9]);
+            }
+    }
+}
+
+TEST_CASE("RoPE scaling: linear divides positions, YaRN extrapolates fast dims and interpolates slow ones") {
+    kt::ops::RopeParams p;
+    p.n_rot = 64;
+    p.freq_base = 10000.0f;
+    p.n_ctx_orig = 4096;
+    const int32_t pos[] = {1000};
+    std::vector<float> plain(64), scaled(64);
+
+    // Linear: factor 4 at position 1000 is position 250 unscaled.
+    const int32_t quarter[] = {250};
+    kt::ops::rope_table(p, nullptr, quarter, 1, plain.data());
+    p.freq_scale = 0.25f;
+    kt::ops::rope_table(p, nullptr, pos, 1, scaled.data());
+    for (int i = 0; i < 64; ++i) CHECK(scaled[i] == Approx(plain[i]).margin(1e-3));
+
+    // YaRN (ext_factor 1): pair 0 (fastest) is extrapolated (the unscaled angle), the last pair interpolated; the
+    // magnitude is attn_factor · (1 + 0.1 ln 4).
+    p.ext_factor = 1.0f;
+    p.attn_factor = 0.5f;
+    kt::ops::rope_table(p, nullptr, pos, 1, scaled.data());
+    const double mscale = 0.5 * (1 + 0.1 * std::log(4.0));
+    const double fast = 1000.0, slow = 1000.0 * std::pow(10000.0, -62.0 / 64) * 0.25;
+    CHECK(scaled[0] == Approx(std::cos(fast) * mscale).margin(2e-3));
+    CHECK(scaled[1] == Approx(std::sin(fast) * mscale).margin(2e-3));
+    CHECK(scaled[62] == Approx(std::cos(slow) * mscale).margin(1e-5));
+    CHECK(scaled[63] == Approx(std::sin(slow) * mscale).margin(1e-5));
+
+    // Frequency factors divide the angles.
+    p = kt::ops::RopeParams();
+    p.n_rot = 4;
+    const float factors[] = {2.0f, 4.0f};
+    std::vector<float> cs(4);
+    kt::ops::rope_table(p, factors, pos, 1, cs.data());
+    CHECK(cs[0] == Approx(std::cos(500.0)).margin(1e-3));
+    CHECK(cs[2] == Approx(std::cos(1000.0 * 0.01 / 4)).margin(1e-5));
+}
+
+TEST_CASE("MoE routing: softmax top-k with and without renormalisation, sigmoid with bias and groups") {
+    std::vector<float> logits = {0.5f, 2.0f, -1.0f, 1.5f, 0.0f, 3.0f};
+    int32_t ids[2];
+    float w[2];
+    kt::ops::RoutingParams p;
+    p.n_expert = 6;
+    p.k = 2;
+    std::vector<float> l = logits;
+    kt::ops::route(p, l.data(), 1, ids, w);
+    double z = 0;
+    for (float x : logits) z += std::exp(x);
+    CHECK(ids[0] == 5);
+    CHECK(ids[1] == 1);
+    CHECK(w[0] == Approx(std::exp(3.0) / z));
+    CHECK(w[1] == Approx(std::exp(2.0) / z));
+    p.renormalize = true;
+    l = logits;
+    kt::ops::route(p, l.data(), 1, ids, w);
+    CHECK(w[0] + w[1] == Approx(1.0));
+    CHECK(w[0] / w[1] == Approx(std::exp(1.0)));
+
+    // Sigmoid gating: selection on sigmoid + bias, weights from the unbiased sigmoid, times scale.
+    const float bias[] = {0.0f, 0.0f, 5.0f, 0.0f, 0.0f, 0.0f};
+    p = kt::ops::RoutingParams();
+    p.gating = kt::ops::Gating::kSigmoid;
+    p.n_expert = 6;
+    p.k = 2;
+    p.selection_bias = bias;
+    p.scale = 2.5f;
+    l = logits;
+    kt::ops::route(p, l.data(), 1, ids, w);
+    CHECK(ids[0] == 2);
+    CHECK(ids[1] == 5);
+    CHECK(w[0] == Approx(2.5 / (1 + std::exp(1.0))));
+    CHECK(w[1] == Approx(2.5 / (1 + std::exp(-3.0))));
+
+    // Groups of two; each scored by its two selection scores: {0,1}: σ(.5)+σ(2), {2,3}: σ(-1)+σ(1.5)+5,
+    // {4,5}: σ(0)+σ(3). Keep one group: only experts 2 and 3 can be chosen.
+    p.n_group = 3;
+    p.n_group_used = 1;
+    l = logits;
+    kt::ops::route(p, l.data(), 1, ids, w);
+    CHECK(ids[0] == 2);
+    CHECK(ids[1] == 3);
+}
+
+TEST_CASE("sampler: greedy, filters, penalties and seeded draws") {
+    kt::runtime::Sampler s;
+    kt::runtime::SamplerParams greedy;
+    const std::vector<float> logits = {1.0f, 3.0f, 3.0f, -2.0f, 2.5f};
+    CHECK(s.sample(greedy, logits.data(), 5, {}) == 1);  // ties go to the lower id
+
+    // Repetition penalty divides positive logits and multiplies negative ones; presence and frequency subtract.
+    kt::runtime::SamplerParams pen;
+    pen.repeat_penalty = 2.0f;
+    CHECK(s.sample(pen, logits.data(), 5, {1, 2}) == 4);  // 3/2 < 2.5
+    pen.repeat_penalty = 1.0f;
+    pen.presence_penalty = 0.4f;
+    pen.frequency_penalty = 0.1f;
+    CHECK(s.sample(pen, logits.data(), 5, {1, 1, 2}) == 2);  // 3 - 0.4 - 0.2 < 3 - 0.4 - 0.1
+    pen.repeat_last_n = 1;
+    CHECK(s.sample(pen, logits.data(), 5, {1, 1, 2}) == 1);  // only the last token is in the window
+
+    // Draw frequencies follow softmax(logits / T) within the kept set.
+    auto frequencies = [&](const kt::runtime::SamplerParams &p, const std::vector<float> &l, int draws) {
+        std::map<int32_t, int> counts;
+        s.seed(p.seed);
+        for (int i = 0; i < draws; ++i) ++counts[s.sample(p, l.data(), static_cast<int64_t>(l.size()), {})];
+        return counts;
+    };
+    const std::vector<float> probs = {std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
+    kt::runtime::SamplerParams t1;
+    t1.temperature = 1.0f;
+    auto c = frequencies(t1, probs, 20000);
+    CHECK(c[0] / 20000.0 == Approx(0.5).margin(0.02));
+    CHECK(c[1] / 20000.0 == Approx(0.3).margin(0.02));
+    CHECK(c[3] / 20000.0 == Approx(0.05).margin(0.01));
+
+    kt::runtime::SamplerParams topk = t1;
+    topk.top_k = 2;
+    c = frequencies(topk, probs, 4000);
+    CHECK(c.size() == 2);
+    CHECK(c[0] / 4000.0 == Approx(0.625).margin(0.03));
+
+    kt::runtime::SamplerParams topp = t1;
+    topp.top_p = 0.85f;  // 0.5 + 0.3 < 0.85 <= 0.95: three tokens
+    c = frequencies(topp, probs, 4000);
+    CHECK(c.size() == 3);
+
+    kt::runtime::SamplerParams minp = t1;
+    minp.min_p = 0.5f;  // keeps p >= 0.25: two tokens
+    c = frequencies(minp, probs, 4000);
+    CHECK(c.size() == 2);
+
+    kt::runtime::SamplerParams cold = t1;
+    cold.temperature = 0.25f;  // sharpens: 0.5^4 : 0.3^4 ...
+    c = frequencies(cold, probs, 4000);
+    CHECK(c[0] / 4000.0 == Approx(0.0625 / (0.0625 + 0.0081 + 0.00050625 + 0.00000625)).margin(0.03));
+
+    // Same seed, same draws.
+    t1.seed = 42;
+    CHECK(frequencies(t1, probs, 300) == frequencies(t1, probs, 300));
+}

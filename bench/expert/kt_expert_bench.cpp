@@ -53,6 +53,7 @@ struct Options {
     int warmup = 2;
     int layers = 0;  // 0: enough that the layers' weights exceed 1 GiB (capped by memory)
     int int4_group = 128;
+    int spin_us = -1;  // -1: kt's default
     double max_gib = 16.0;
     size_t roofline_bytes = size_t{2} << 30;
     bool csv = false;
@@ -68,6 +69,7 @@ struct Options {
                  "  --experts E --top-k K --hidden H --inter I\n"
                  "  --format LIST             int8,int4,bf16,q4_k,q8_0,q4_0,q5_k,q6_k,iq4_xs (default int8)\n"
                  "  --int4-group G            32, 64 or 128 (default 128)\n"
+                 "  --spin-us S               how long idle workers spin before sleeping (default: kt's)\n"
                  "  --tokens LIST             tokens per call (default 1,4,512)\n"
                  "  --threads N               0: one per physical core (default)\n"
                  "  --reps R --warmup W       timed calls and warm-up calls per case (default 10, 2)\n"
@@ -112,6 +114,7 @@ Options parse(int argc, char **argv) {
         else if (a == "--inter") o.inter = std::stoll(value());
         else if (a == "--format") o.formats = split(value());
         else if (a == "--int4-group") o.int4_group = std::stoi(value());
+        else if (a == "--spin-us") o.spin_us = std::stoi(value());
         else if (a == "--tokens") {
             o.tokens.clear();
             for (const std::string &t : split(value())) o.tokens.push_back(std::stoll(t));
@@ -238,8 +241,11 @@ double cpu_seconds() {
 
 }  // namespace
 
+void log_to_stderr(int32_t, const char *message, void *) { std::fprintf(stderr, "# %s\n", message); }
+
 int main(int argc, char **argv) {
     const Options o = parse(argc, argv);
+    if (std::getenv("KT_EXPERT_TRACE")) kt_log_set(log_to_stderr, nullptr, KT_LOG_INFO);
     for (const std::string &f : o.formats)
         if (!find_format(f)) usage(("unknown format " + f).c_str());
 
@@ -263,12 +269,18 @@ int main(int argc, char **argv) {
     };
     std::unique_ptr<kt::ThreadPool> tp;
     if (!kt::ThreadPool::create(po, &tp).is_ok()) return 1;
-    cpu_set_t saved;
-    sched_getaffinity(0, sizeof saved, &saved);
-    if (plan.threads[0].pu >= 0 && topo->can_bind_threads()) (void)topo->bind_current_thread(plan.threads[0].pu);
-    const kt::bench::Roofline roof = kt::bench::measure_roofline(*tp, isa, ks.vnni, ks.bf16, o.roofline_bytes, 5);
-    sched_setaffinity(0, sizeof saved, &saved);
-    tp.reset();
+    // Measured again before every case: on a shared machine what other processes leave us changes over a run (the
+    // read bandwidth of this VM alternates between ~44 and ~81 GB/s), and each case's fractions use the roofline
+    // measured just before it.
+    auto measure = [&]() {
+        cpu_set_t saved;
+        sched_getaffinity(0, sizeof saved, &saved);
+        if (plan.threads[0].pu >= 0 && topo->can_bind_threads()) (void)topo->bind_current_thread(plan.threads[0].pu);
+        const kt::bench::Roofline r = kt::bench::measure_roofline(*tp, isa, ks.vnni, ks.bf16, o.roofline_bytes, 5);
+        sched_setaffinity(0, sizeof saved, &saved);
+        return r;
+    };
+    kt::bench::Roofline roof = measure();
 
     const kt::cpu::CpuFeatures &cf = kt::cpu::host_cpu_features();
     const std::string load = read_first_line("/proc/loadavg");
@@ -293,6 +305,7 @@ int main(int argc, char **argv) {
     std::fflush(stdout);
 
     const int64_t max_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());
+    bool first_case = true;
     for (const std::string &fname : o.formats) {
         const Format &fmt = *find_format(fname);
         const kt::ops::TypeTraits *st = kt::ops::type_traits(fmt.source_type);
@@ -311,6 +324,7 @@ int main(int argc, char **argv) {
         p.weight_format = fmt.weight_format;
         p.int4_group_size = o.int4_group;
         p.n_threads = threads;
+        if (o.spin_us >= 0) p.spin_microseconds = o.spin_us;
 
         // Layers: pools of random weights, generated and loaded 8 experts at a time.
         std::vector<kt_expert_pool *> pools;
@@ -358,6 +372,13 @@ int main(int argc, char **argv) {
                      anon_huge_mib(), info.description);
 
         for (int64_t T : o.tokens) {
+            if (!first_case) {
+                roof = measure();
+                std::printf("# roofline before %s, %lld tokens: read %.1f GB/s; int8 %.0f GOP/s; bf16 %.0f GFLOP/s; load %s\n",
+                            fmt.name, static_cast<long long>(T), roof.read_gbs, roof.int8_gops, roof.bf16_gflops,
+                            read_first_line("/proc/loadavg").c_str());
+            }
+            first_case = false;
             std::vector<float> x(static_cast<size_t>(T * o.hidden)), y(x.size());
             std::mt19937_64 r(1234 + static_cast<uint64_t>(T));
             std::normal_distribution<float> normal(0.0f, 1.0f);

@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 #include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
@@ -31,6 +32,7 @@ Status status_from_current_exception() {
 }  // namespace
 
 void cpu_relax() { _mm_pause(); }
+void cpu_yield() { sched_yield(); }
 
 int64_t monotonic_ns() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())

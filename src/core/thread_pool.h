@@ -41,6 +41,9 @@ inline constexpr int64_t kDefaultSpinNs = 100'000;
 
 // Waits until done(word) holds: spins for spin_ns (checking the word), then sleeps until the word changes.
 // Returns the value that satisfied done. Whoever changes the word must call notify_all()/notify_one() on it.
+// The first kPauseSpinNs of the spin are pause instructions; the rest yields the CPU between checks, so that a
+// thread sharing the core (the host's thread that will submit the next job, typically) runs at once instead of
+// after the scheduler's time slice: a pure pause loop made the next call wait milliseconds for its submitter.
 template <typename Done>
 uint32_t spin_then_wait(const std::atomic<uint32_t> &word, int64_t spin_ns, Done &&done);
 
@@ -119,7 +122,9 @@ private:
 // Implementation of the template
 
 void cpu_relax();
+void cpu_yield();
 int64_t monotonic_ns();
+inline constexpr int64_t kPauseSpinNs = 20'000;
 
 template <typename Done>
 uint32_t spin_then_wait(const std::atomic<uint32_t> &word, int64_t spin_ns, Done &&done) {
@@ -127,12 +132,20 @@ uint32_t spin_then_wait(const std::atomic<uint32_t> &word, int64_t spin_ns, Done
     if (done(value)) return value;
     if (spin_ns > 0) {
         const int64_t start = monotonic_ns();
+        bool yielding = false;
         for (uint32_t i = 1;; ++i) {
-            cpu_relax();
+            if (yielding)
+                cpu_yield();
+            else
+                cpu_relax();
             value = word.load(std::memory_order_acquire);
             if (done(value)) return value;
             // Reading the clock costs ~20 ns; every 64 pauses keeps it out of the loop's cost.
-            if ((i & 63) == 0 && monotonic_ns() - start > spin_ns) break;
+            if (yielding || (i & 63) == 0) {
+                const int64_t elapsed = monotonic_ns() - start;
+                if (elapsed > spin_ns) break;
+                yielding = elapsed > kPauseSpinNs;
+            }
         }
     }
     while (!done(value)) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 
@@ -98,6 +99,9 @@ Status ExpertPool::init(const ExpertPoolConfig &c) {
         groups_.push_back(std::move(grp));
     }
     recent_.assign(static_cast<size_t>(c.max_in_flight), 0);
+    const char *trace = std::getenv("KT_EXPERT_TRACE");
+    trace_ = trace && trace[0] && trace[0] != '0';
+    thread_trace_.resize(static_cast<size_t>(executor_->threads()));
     mask_.reserve(static_cast<size_t>(c.n_experts));
     info_.kernel_set = kernels_->name;
     info_.groups = executor_->groups();
@@ -110,6 +114,16 @@ Status ExpertPool::init(const ExpertPoolConfig &c) {
 
 ExpertPool::~ExpertPool() {
     if (executor_) executor_->wait_for(last_ticket_.load(std::memory_order_acquire));
+    if (trace_ && trace_jobs_ > 0) {
+        static const char *const names[kPhases] = {"quantize x", "gate/up", "quantize h", "down", "merge"};
+        std::string line = format("expert pool trace: %lld jobs, per job: bucketing %.1f us", static_cast<long long>(trace_jobs_),
+                                  1e-3 * static_cast<double>(trace_bucket_ns_) / static_cast<double>(trace_jobs_));
+        for (int p = 0; p < kPhases; ++p)
+            line += format("; %s %.1f us (threads busy %.1f us)", names[p],
+                           1e-3 * static_cast<double>(trace_wall_ns_[p]) / static_cast<double>(trace_jobs_),
+                           1e-3 * static_cast<double>(trace_work_ns_[p]) / static_cast<double>(trace_jobs_));
+        KT_LOG_INFO_MSG("%s", line.c_str());
+    }
 }
 
 // ------------------------------------------------------------------------------------------------------------
@@ -399,6 +413,7 @@ Status ExpertPool::pack_experts(const MatrixSource &gate, const MatrixSource &up
 
 void ExpertPool::execute(Executor &ex, Job &job) {
     if (job.n_tokens == 0) return;
+    const int64_t bucket_start = trace_ ? monotonic_ns() : 0;
     Executor::Shared &sc = ex.shared();
     const int64_t E = config_.n_experts;
 
@@ -439,7 +454,27 @@ void ExpertPool::execute(Executor &ex, Job &job) {
         eg.i_block = task_block(shard, sc.n_active, eg.threads());
         eg.h_block = task_block(config_.hidden, 1, eg.threads());
     }
+    const int64_t start = trace_ ? monotonic_ns() : 0;
     job.status = ex.pool().run([&](int tid) { run_phases(ex, job, tid); });
+    if (trace_) {
+        // Phase p ends when the last thread is done with it (the barrier after it); busy time is a thread's time from
+        // the end of the previous phase to its own end of this one.
+        ++trace_jobs_;
+        trace_bucket_ns_ += start - bucket_start;
+        const int threads = ex.threads();
+        int64_t prev_end = start;
+        for (int p = 0; p < kPhases; ++p) {
+            int64_t end = prev_end, busy = 0;
+            for (int t = 0; t < threads; ++t) {
+                const int64_t d = thread_trace_[static_cast<size_t>(t)].done_ns[p];
+                end = std::max(end, d);
+                busy += std::max<int64_t>(0, d - prev_end);
+            }
+            trace_wall_ns_[p] += end - prev_end;
+            trace_work_ns_[p] += busy / threads;
+            prev_end = end;
+        }
+    }
     if (!job.status.is_ok()) {
         std::lock_guard<std::mutex> lock(error_mutex_);
         if (first_error_.is_ok()) first_error_ = job.status;
@@ -447,6 +482,10 @@ void ExpertPool::execute(Executor &ex, Job &job) {
 }
 
 void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
+    int64_t *done = trace_ ? thread_trace_[static_cast<size_t>(tid)].done_ns : nullptr;
+    auto mark = [&](int phase) {
+        if (done) done[phase] = monotonic_ns();
+    };
     Executor::Shared &sc = ex.shared();
     const cpu::KernelSet &ks = *kernels_;
     const int64_t H = config_.hidden, T = job.n_tokens;
@@ -479,6 +518,7 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
             }
         }
     }
+    mark(0);
     ex.pool().barrier();
 
     // Phases 2-4 run per group on its shard; every thread still reaches every all-thread barrier.
@@ -529,6 +569,7 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
                     ks.swiglu_row(tg + i * ib, tu + i * ib, n1 - n0, config_.swiglu, h_all + (s0 + i) * shard + n0);
             }
         }
+        mark(1);
         eg.barrier->arrive_and_wait();
 
         // 3a. With several shards, each row of h is quantized with one scale from the whole row (max |h| over all
@@ -569,6 +610,7 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
                 }
             }
         }
+        mark(2);
         eg.barrier->arrive_and_wait();
 
         // 4. Down projection per block of H columns over every active expert, weighted into the partial output.
@@ -611,6 +653,7 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
             }
         }
     }
+    mark(3);
     ex.pool().barrier();
 
     // 5. out = (accumulate ? out : 0) + the groups' partial sums, in group order.
@@ -627,6 +670,7 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
         void *dst = static_cast<uint8_t *>(job.output) + static_cast<size_t>(t * H + c0) * out_elt;
         ks.merge_row(srcs, n_src, c1 - c0, dst, config_.output_bf16, job.accumulate);
     }
+    mark(4);
     (void)tile_session.end();  // a no-op unless AMX ran on this thread
 }
 

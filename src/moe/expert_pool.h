@@ -153,6 +153,18 @@ private:
     std::atomic<uint64_t> last_ticket_{0};
     std::mutex error_mutex_;
     Status first_error_;
+
+    // KT_EXPERT_TRACE=1: per-phase timing of every job, summarised in the log when the pool is freed. Each thread
+    // records when it finishes its own work in a phase (before the barrier); the driver adds up each phase's wall
+    // time and the threads' mean work time, whose difference is time lost to imbalance and synchronisation.
+    static constexpr int kPhases = 5;  // quantize x, gate/up + SwiGLU, quantize h, down, merge
+    struct alignas(64) ThreadTrace {
+        int64_t done_ns[kPhases] = {};
+    };
+    bool trace_ = false;
+    std::vector<ThreadTrace> thread_trace_;
+    int64_t trace_jobs_ = 0, trace_bucket_ns_ = 0;
+    int64_t trace_wall_ns_[kPhases] = {}, trace_work_ns_[kPhases] = {};
 };
 
 }  // namespace kt::moe

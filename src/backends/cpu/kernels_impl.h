@@ -65,6 +65,10 @@ struct Fmt<PackedType::kIq4Xs> {
     static constexpr int kUMax = 241;
 };
 
+// Bytes of high bits per 1 KiB tile (packed.h): Q5_K one bit per weight, Q6_K two.
+template <PackedType T>
+inline constexpr int64_t kHbitsPerTile = T == PackedType::kQ5_K ? 256 : T == PackedType::kQ6_K ? 512 : 0;
+
 template <class S, int kMR>
 struct Kernels {
     using VI = typename S::VI;
@@ -72,6 +76,41 @@ struct Kernels {
     static constexpr int kW = S::kW;
     static constexpr int kNV = 2;
     static constexpr int kCols = kNV * kW;
+
+    // The next panel's share of the side arrays (high bits, scales, mins): each is contiguous per panel (packed.h), and
+    // the kernel prefetches it while it computes the current panel, as it does the tiles. Without this the hardware
+    // prefetcher alone had to follow up to six concurrent streams, and a streaming Q6_K GEMV ran at 60 % of the rate
+    // it reaches with it.
+    struct SidePrefetch {
+        static constexpr int kMax = 5;
+        const uint8_t *next[kMax] = {};
+        int64_t lines[kMax] = {};  // 64-byte lines of each
+        int n = 0;
+
+        void add(const uint8_t *p, int64_t bytes) {
+            next[n] = p;
+            lines[n++] = (bytes + 63) / 64;
+        }
+    };
+
+    template <PackedType T>
+    static SidePrefetch side_prefetch(const PackedMatrix &w, int64_t next_panel) {
+        const PackedLayout &L = w.layout;
+        SidePrefetch sp;
+        auto add = [&](size_t offset, int64_t per_panel) {
+            if (offset != 0) sp.add(w.data + offset + next_panel * per_panel, per_panel);
+        };
+        constexpr int64_t kGscaleBytes = T == PackedType::kInt4                                  ? 4
+                                         : T == PackedType::kQ8_0 || T == PackedType::kQ4_0 ? 2
+                                         : T == PackedType::kInt8                             ? 0
+                                                                                              : 1;
+        add(L.hbits, L.tiles_per_half * 2 * kHbitsPerTile<T>);
+        if constexpr (kGscaleBytes > 0) add(L.gscale, L.groups * kPanel * kGscaleBytes);
+        add(L.gmin, L.groups * kPanel);
+        add(L.sscale, L.superblocks * kPanel * 2);
+        add(L.smin, L.superblocks * kPanel * 2);
+        return sp;
+    }
 
     struct VecPos {
         int half;      // which half panel
@@ -143,7 +182,7 @@ struct Kernels {
     template <PackedType T, int kKpg, int mr>
     static void int_block(const PackedMatrix &w, int64_t p, int c0, const int8_t *const *a, const int32_t *const *sums,
                           const float *a_scale, float *const *c, int valid_cols, const uint8_t *pf, int64_t pf_lo,
-                          int64_t pf_hi) {
+                          int64_t pf_hi, const SidePrefetch &side) {
         constexpr int kParts = Fmt<T>::kNibble ? 2 : 1;
         constexpr int kRowsPerFlush = (kKpg == 0 || kKpg > 16) ? 16 : kKpg;
         constexpr int kUMax = Fmt<T>::kUMax;
@@ -198,6 +237,12 @@ struct Kernels {
             const uint8_t *hb[kNV] = {nullptr, nullptr};
             const uint8_t *pb[kNV] = {nullptr, nullptr};
             const bool prefetching = pf && s >= pf_lo && s < pf_hi;
+            constexpr int kChunks = kParts * 16 / kRowsPerFlush;  // row blocks per tile
+            int64_t side_lo[SidePrefetch::kMax], side_count[SidePrefetch::kMax];
+            for (int i = 0; prefetching && i < side.n; ++i) {
+                side_lo[i] = side.lines[i] * s / L.tiles_per_half;
+                side_count[i] = side.lines[i] * (s + 1) / L.tiles_per_half - side_lo[i];
+            }
             for (int v = 0; v < kNV; ++v) {
                 tb[v] = w.tile(p, s, vp[v].half) + vp[v].byte_off;
                 if (prefetching) pb[v] = pf + (s * 2 + vp[v].half) * kTileBytes + vp[v].byte_off;
@@ -207,6 +252,15 @@ struct Kernels {
             }
             for (int part = 0; part < kParts; ++part) {
                 for (int r0 = 0; r0 < 16; r0 += kRowsPerFlush) {
+                    if (prefetching) {
+                        // This tile's share of each side array, spread over its row blocks (here, outside the
+                        // unrolled loop below, so that its accumulators keep their registers).
+                        const int chunk = (part * 16 + r0) / kRowsPerFlush;
+                        for (int i = 0; i < side.n; ++i)
+                            for (int64_t l = side_lo[i] + side_count[i] * chunk / kChunks;
+                                 l < side_lo[i] + side_count[i] * (chunk + 1) / kChunks; ++l)
+                                S::prefetch(side.next[i] + l * 64);
+                    }
                     // The inner loop has a small constant trip count: compilers unroll it completely, so acci's
                     // indexes are constants and the accumulators stay in registers (no lambda may capture them).
                     for (int rb = 0; rb < kRowsPerFlush; rb += kSplit) {
@@ -215,7 +269,14 @@ struct Kernels {
                             const int64_t kappa = s * tile_k4 + part * 16 + r;
                             VI u[kNV];
                             for (int v = 0; v < kNV; ++v) {
-                                if (prefetching && (kW == 16 || vp[v].vi == 0)) S::prefetch(pb[v] + r * kTileRowBytes);
+                                // One tile row per step: a nibble tile is read twice (both parts), so each part
+                                // prefetches one half's rows; prefetching both in both parts issued every line twice
+                                // and measured 20 % slower in a streaming GEMV.
+                                if (prefetching && (kW == 16 || vp[v].vi == 0) &&
+                                    (kParts == 1 || part == (kW == 16 ? v : 0)))
+                                    S::prefetch(pb[v] + r * kTileRowBytes);
+                            }
+                            for (int v = 0; v < kNV; ++v) {
                                 const uint8_t *row_hb = nullptr;
                                 if constexpr (T == PackedType::kQ5_K) row_hb = hb[v] + r * 16;
                                 if constexpr (T == PackedType::kQ6_K) row_hb = hb[v] + r * 32;
@@ -282,8 +343,9 @@ struct Kernels {
                     // The row blocks of a panel prefetch the next panel (or the caller's next weights) between them,
                     // each a share of its tiles, so the stream is spread over the panel's whole compute.
                     const uint8_t *pf = p + 1 < p_end ? w.tile(p + 1, 0, 0) : a.prefetch_next;
+                    const SidePrefetch side = p + 1 < p_end ? side_prefetch<T>(w, p + 1) : SidePrefetch{};
                     const int64_t blocks = (m + kMR - 1) / kMR, bi = i0 / kMR, tiles = w.layout.tiles_per_half;
-                    dispatch_mr<T, kKpg>(mr, w, p, c0, ap, sp, sc, cp, valid, pf, tiles * bi / blocks, tiles * (bi + 1) / blocks);
+                    dispatch_mr<T, kKpg>(mr, w, p, c0, ap, sp, sc, cp, valid, pf, tiles * bi / blocks, tiles * (bi + 1) / blocks, side);
                 }
             }
         }
@@ -292,11 +354,11 @@ struct Kernels {
     template <PackedType T, int kKpg, int mr = kMR>
     static void dispatch_mr(int n, const PackedMatrix &w, int64_t p, int c0, const int8_t *const *a,
                             const int32_t *const *sums, const float *a_scale, float *const *c, int valid,
-                            const uint8_t *pf, int64_t pf_lo, int64_t pf_hi) {
+                            const uint8_t *pf, int64_t pf_lo, int64_t pf_hi, const SidePrefetch &side) {
         if constexpr (mr > 1) {
-            if (n < mr) return dispatch_mr<T, kKpg, mr - 1>(n, w, p, c0, a, sums, a_scale, c, valid, pf, pf_lo, pf_hi);
+            if (n < mr) return dispatch_mr<T, kKpg, mr - 1>(n, w, p, c0, a, sums, a_scale, c, valid, pf, pf_lo, pf_hi, side);
         }
-        int_block<T, kKpg, mr>(w, p, c0, a, sums, a_scale, c, valid, pf, pf_lo, pf_hi);
+        int_block<T, kKpg, mr>(w, p, c0, a, sums, a_scale, c, valid, pf, pf_lo, pf_hi, side);
     }
 
     static void gemm_int(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t n_begin, int64_t n_end, float *c,

@@ -27,7 +27,11 @@ uint64_t dot_maddubs256(int64_t iterations) {
     __m256i u = _mm256_set1_epi8(3), s = _mm256_set1_epi8(-2);
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t it = 0; it < iterations; ++it) {
-#define KT_STEP(i) acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), ones));
+// The empty asm before each product makes u opaque again: without it the compiler computes the product once for
+// all 16 chains, and the loop measured vpaddd, not vpmaddubsw + vpmaddwd.
+#define KT_STEP(i)                       \
+    __asm__ volatile("" : "+x"(u));      \
+    acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), ones));
         KT_REPEAT16(KT_STEP)
 #undef KT_STEP
         __asm__ volatile("" : "+x"(u), "+x"(s));

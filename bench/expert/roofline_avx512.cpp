@@ -40,7 +40,11 @@ uint64_t dot_maddubs512(int64_t iterations) {
     __m512i u = _mm512_set1_epi8(3), s = _mm512_set1_epi8(-2);
     const __m512i ones = _mm512_set1_epi16(1);
     for (int64_t it = 0; it < iterations; ++it) {
-#define KT_STEP(i) acc[i] = _mm512_add_epi32(acc[i], _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), ones));
+// The empty asm before each product makes u opaque again: without it the compiler computes the product once for
+// all 16 chains, and the loop measured vpaddd, not vpmaddubsw + vpmaddwd.
+#define KT_STEP(i)                       \
+    __asm__ volatile("" : "+v"(u));      \
+    acc[i] = _mm512_add_epi32(acc[i], _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), ones));
         KT_REPEAT16(KT_STEP)
 #undef KT_STEP
         __asm__ volatile("" : "+v"(u), "+v"(s));

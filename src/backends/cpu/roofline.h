@@ -33,7 +33,7 @@ int64_t int8_dots_avx512_vnni(int64_t iterations);
 inline constexpr int64_t kAvx512VnniMacsPerIteration = 16 * 64;
 uint64_t read_sum_avx2(const void *data, uint64_t n);
 int64_t int8_dots_avx_vnni(int64_t iterations);
-inline constexpr int64_t kAvxVnniMacsPerIteration = 16 * 32;
+inline constexpr int64_t kAvxVnniMacsPerIteration = 12 * 32;
 int64_t int8_dots_avx2(int64_t iterations);
 inline constexpr int64_t kAvx2MacsPerIteration = 8 * 32;
 }  // namespace probe

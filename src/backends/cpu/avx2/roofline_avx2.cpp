@@ -28,9 +28,7 @@ uint64_t read_sum_avx2(const void *data, uint64_t n) {
 
 namespace {
 
-int64_t horizontal_sum(const __m256i *acc, int n) {
-    __m256i s = _mm256_setzero_si256();
-    for (int i = 0; i < n; ++i) s = _mm256_add_epi32(s, acc[i]);
+int64_t lane_sum(__m256i s) {
     alignas(32) int32_t lanes[8];
     _mm256_store_si256(reinterpret_cast<__m256i *>(lanes), s);
     int64_t total = 0;
@@ -40,31 +38,44 @@ int64_t horizontal_sum(const __m256i *acc, int n) {
 
 }  // namespace
 
+// As in roofline_avx512.cpp: named accumulators with distinct starting values in registers, and an empty asm on the
+// inputs only. 16 ymm registers hold 12 chains and the two inputs.
 int64_t int8_dots_avx_vnni(int64_t iterations) {
-    const __m256i a = _mm256_set1_epi8(1), b = _mm256_set1_epi8(2);
-    __m256i acc[16];
-    for (__m256i &x : acc) x = _mm256_setzero_si256();
+    __m256i u = _mm256_set1_epi8(1), s = _mm256_set1_epi8(2);
+    __m256i a0 = _mm256_set1_epi32(0), a1 = _mm256_set1_epi32(1), a2 = _mm256_set1_epi32(2), a3 = _mm256_set1_epi32(3),
+            a4 = _mm256_set1_epi32(4), a5 = _mm256_set1_epi32(5), a6 = _mm256_set1_epi32(6), a7 = _mm256_set1_epi32(7),
+            a8 = _mm256_set1_epi32(8), a9 = _mm256_set1_epi32(9), a10 = _mm256_set1_epi32(10), a11 = _mm256_set1_epi32(11);
     for (int64_t i = 0; i < iterations; ++i) {
-        for (__m256i &x : acc) x = _mm256_dpbusd_avx_epi32(x, a, b);
-        __asm__ volatile("" : "+x"(acc[0]), "+x"(acc[1]), "+x"(acc[2]), "+x"(acc[3]), "+x"(acc[4]), "+x"(acc[5]),
-                         "+x"(acc[6]), "+x"(acc[7]));
-        __asm__ volatile("" : "+x"(acc[8]), "+x"(acc[9]), "+x"(acc[10]), "+x"(acc[11]), "+x"(acc[12]),
-                         "+x"(acc[13]), "+x"(acc[14]), "+x"(acc[15]));
+        a0 = _mm256_dpbusd_avx_epi32(a0, u, s), a1 = _mm256_dpbusd_avx_epi32(a1, u, s);
+        a2 = _mm256_dpbusd_avx_epi32(a2, u, s), a3 = _mm256_dpbusd_avx_epi32(a3, u, s);
+        a4 = _mm256_dpbusd_avx_epi32(a4, u, s), a5 = _mm256_dpbusd_avx_epi32(a5, u, s);
+        a6 = _mm256_dpbusd_avx_epi32(a6, u, s), a7 = _mm256_dpbusd_avx_epi32(a7, u, s);
+        a8 = _mm256_dpbusd_avx_epi32(a8, u, s), a9 = _mm256_dpbusd_avx_epi32(a9, u, s);
+        a10 = _mm256_dpbusd_avx_epi32(a10, u, s), a11 = _mm256_dpbusd_avx_epi32(a11, u, s);
+        __asm__ volatile("" : "+x"(u), "+x"(s));
     }
-    return horizontal_sum(acc, 16);
+    return lane_sum(_mm256_add_epi32(
+        _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3)),
+                         _mm256_add_epi32(_mm256_add_epi32(a4, a5), _mm256_add_epi32(a6, a7))),
+        _mm256_add_epi32(_mm256_add_epi32(a8, a9), _mm256_add_epi32(a10, a11))));
 }
 
 int64_t int8_dots_avx2(int64_t iterations) {
     // Without VNNI an int8 dot is vpmaddubsw (u8·s8 pairs to s16) + vpmaddwd (to s32) + vpaddd.
-    const __m256i a = _mm256_set1_epi8(1), b = _mm256_set1_epi8(2), ones = _mm256_set1_epi16(1);
-    __m256i acc[8];
-    for (__m256i &x : acc) x = _mm256_setzero_si256();
+    __m256i u = _mm256_set1_epi8(1), s = _mm256_set1_epi8(2), ones = _mm256_set1_epi16(1);
+    __m256i a0 = _mm256_set1_epi32(0), a1 = _mm256_set1_epi32(1), a2 = _mm256_set1_epi32(2), a3 = _mm256_set1_epi32(3),
+            a4 = _mm256_set1_epi32(4), a5 = _mm256_set1_epi32(5), a6 = _mm256_set1_epi32(6), a7 = _mm256_set1_epi32(7);
+    // The empty asm before each product makes u opaque again, so the 8 products cannot be computed once for all.
+    auto dot = [&](__m256i acc) {
+        __asm__ volatile("" : "+x"(u));
+        return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), ones));
+    };
     for (int64_t i = 0; i < iterations; ++i) {
-        for (__m256i &x : acc) x = _mm256_add_epi32(x, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones));
-        __asm__ volatile("" : "+x"(acc[0]), "+x"(acc[1]), "+x"(acc[2]), "+x"(acc[3]), "+x"(acc[4]), "+x"(acc[5]),
-                         "+x"(acc[6]), "+x"(acc[7]));
+        a0 = dot(a0), a1 = dot(a1), a2 = dot(a2), a3 = dot(a3), a4 = dot(a4), a5 = dot(a5), a6 = dot(a6), a7 = dot(a7);
+        __asm__ volatile("" : "+x"(u), "+x"(s), "+x"(ones));
     }
-    return horizontal_sum(acc, 8);
+    return lane_sum(_mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3)),
+                                     _mm256_add_epi32(_mm256_add_epi32(a4, a5), _mm256_add_epi32(a6, a7))));
 }
 
 }  // namespace kt::cpu::probe

@@ -7,11 +7,8 @@
 #include "backends/cpu/cpu_features.h"
 #include "backends/cuda/cuda_backend.h"
 #include "core/log.h"
+#include "kt_git_revision.h"  // generated at build time (src/api/CMakeLists.txt)
 #include "ops/types.h"
-
-#ifndef KT_GIT_REVISION
-#define KT_GIT_REVISION "unknown"
-#endif
 
 namespace kt::api {
 

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cli.h"
 #include "kt.h"
 
 namespace {
@@ -41,27 +42,10 @@ int usage(const char *message = nullptr) {
                  "  -c, --ctx-size N        context length (default: the model's, at most 4096)\n"
                  "  -v, --verbose           per-turn token counts and speed on standard error\n"
                  "sampling (default: temperature 0.7, top-k 40, top-p 0.95, min-p 0.05, repeat penalty 1.1):\n"
-                 "      --temp T  --top-k N  --top-p P  --min-p P  --repeat-penalty R  --seed N\n"
+                 "      --temp T  --top-k N  --top-p P  --min-p P  --repeat-penalty R  --repeat-last-n N\n"
+                 "      --presence-penalty P  --frequency-penalty P  --seed N\n"
                  "      --greedy            always the most likely token\n");
     return 2;
-}
-
-bool parse_int(const char *text, int64_t *out) {
-    char *end = nullptr;
-    errno = 0;
-    const long long v = std::strtoll(text, &end, 10);
-    if (errno != 0 || end == text || *end != '\0') return false;
-    *out = v;
-    return true;
-}
-
-bool parse_float(const char *text, float *out) {
-    char *end = nullptr;
-    errno = 0;
-    const float v = std::strtof(text, &end);
-    if (errno != 0 || end == text || *end != '\0') return false;
-    *out = v;
-    return true;
 }
 
 struct Message {
@@ -107,27 +91,8 @@ kt_status detokenize(const kt_model *model, const std::vector<int32_t> &ids, std
     return s;
 }
 
-// Streams a reply: each generated token is pushed through a detokenizer, which holds back an incomplete UTF-8
-// character until it is whole.
-struct Stream {
-    kt_detokenizer *detokenizer = nullptr;
-    std::vector<char> buf = std::vector<char>(256);
-
-    void emit(int32_t token) {  // token < 0: flush
-        int64_t n = 0;
-        kt_status s = KT_STATUS_BUFFER_TOO_SMALL;
-        for (int attempt = 0; attempt < 2 && s == KT_STATUS_BUFFER_TOO_SMALL; ++attempt) {
-            if (attempt > 0) buf.resize(static_cast<size_t>(n) + 1);
-            s = token >= 0 ? kt_detokenizer_push(detokenizer, token, buf.data(), static_cast<int64_t>(buf.size()), &n)
-                           : kt_detokenizer_flush(detokenizer, buf.data(), static_cast<int64_t>(buf.size()), &n);
-        }
-        if (s == KT_STATUS_OK) std::fwrite(buf.data(), 1, static_cast<size_t>(n), stdout);
-        std::fflush(stdout);
-    }
-};
-
 int32_t on_token(int32_t token, void *user_data) {
-    static_cast<Stream *>(user_data)->emit(token);
+    static_cast<kt_cli::TextStream *>(user_data)->push(token);
     return 0;
 }
 
@@ -170,7 +135,6 @@ int main(int argc, char **argv) {
         if (i + 1 >= argc) return usage(("missing value for " + a).c_str());
         const char *v = argv[++i];
         int64_t n = 0;
-        float f = 0;
         if (a == "-m" || a == "--model") model_path = v;
         else if (a == "-s" || a == "--system") system_prompt = v;
         else if (a == "--template") template_name = v;
@@ -180,20 +144,13 @@ int main(int argc, char **argv) {
             std::stringstream ss;
             ss << in.rdbuf();
             template_source = ss.str();
-        } else if (a == "-n" || a == "--n-predict" || a == "-t" || a == "--threads" || a == "-c" || a == "--ctx-size" ||
-                   a == "--top-k" || a == "--seed") {
-            if (!parse_int(v, &n) || n < 0) return usage(("bad integer for " + a).c_str());
+        } else if (a == "-n" || a == "--n-predict" || a == "-t" || a == "--threads" || a == "-c" || a == "--ctx-size") {
+            if (!kt_cli::parse_int(v, &n) || n < 0) return usage(("bad integer for " + a).c_str());
             if (a == "-n" || a == "--n-predict") n_predict = n;
             else if (a == "-t" || a == "--threads") cp.n_threads = static_cast<int32_t>(n);
-            else if (a == "-c" || a == "--ctx-size") cp.n_ctx = n;
-            else if (a == "--top-k") sp.top_k = static_cast<int32_t>(n);
-            else sp.seed = static_cast<uint64_t>(n);
-        } else if (a == "--temp" || a == "--top-p" || a == "--min-p" || a == "--repeat-penalty") {
-            if (!parse_float(v, &f)) return usage(("bad number for " + a).c_str());
-            if (a == "--temp") sp.temperature = f;
-            else if (a == "--top-p") sp.top_p = f;
-            else if (a == "--min-p") sp.min_p = f;
-            else sp.repeat_penalty = f;
+            else cp.n_ctx = n;
+        } else if (const kt_cli::Flag flag = kt_cli::sampling_flag(a, v, &sp); flag != kt_cli::Flag::kNotMine) {
+            if (flag == kt_cli::Flag::kBadValue) return usage(("bad value for " + a).c_str());
         } else {
             return usage(("unknown option " + a).c_str());
         }
@@ -241,12 +198,13 @@ int main(int argc, char **argv) {
         int32_t eog = 0;
         if (kt_token_is_eog(model, id, &eog) == KT_STATUS_OK && eog) stops.push_back(id);
     }
-    Stream stream;
-    if (kt_detokenizer_create(model, 0, &stream.detokenizer, &err) != KT_STATUS_OK) {
+    kt_detokenizer *detokenizer = nullptr;
+    if (kt_detokenizer_create(model, 0, &detokenizer, &err) != KT_STATUS_OK) {
         kt_context_free(ctx);
         kt_model_free(model);
         return fail("detokenizer", err.message);
     }
+    kt_cli::TextStream stream(detokenizer);
 
     const bool interactive = isatty(STDIN_FILENO);  // a prompt only for a person at a terminal
     std::vector<int32_t> cached;  // exactly the tokens the context holds, in order
@@ -317,7 +275,7 @@ int main(int argc, char **argv) {
         int32_t reason = 0;
         const kt_status s = kt_context_generate(ctx, fresh.data(), static_cast<int64_t>(fresh.size()), &gp,
                                                 reply.data(), n_predict, &n_reply, &reason);
-        stream.emit(-1);
+        stream.push(-1);
         std::printf("\n");
         std::fflush(stdout);
         if (s != KT_STATUS_OK) {
@@ -348,7 +306,7 @@ int main(int argc, char **argv) {
                          seconds);
         }
     }
-    kt_detokenizer_free(stream.detokenizer);
+    kt_detokenizer_free(detokenizer);
     kt_context_free(ctx);
     kt_model_free(model);
     return status;

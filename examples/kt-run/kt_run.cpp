@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cli.h"
 #include "kt.h"
 
 namespace {
@@ -46,31 +47,13 @@ int usage(const char *message = nullptr) {
     return 2;
 }
 
-bool parse_int(const char *text, int64_t *out) {
-    char *end = nullptr;
-    errno = 0;
-    const long long v = std::strtoll(text, &end, 10);
-    if (errno != 0 || end == text || *end != '\0') return false;
-    *out = v;
-    return true;
-}
-
-bool parse_float(const char *text, float *out) {
-    char *end = nullptr;
-    errno = 0;
-    const float v = std::strtof(text, &end);
-    if (errno != 0 || end == text || *end != '\0') return false;
-    *out = v;
-    return true;
-}
-
 bool parse_tokens(const std::string &text, std::vector<int32_t> *out) {
     size_t at = 0;
     while (at <= text.size()) {
         const size_t comma = text.find(',', at);
         const std::string item = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
         int64_t v = 0;
-        if (!parse_int(item.c_str(), &v) || v < 0 || v > INT32_MAX) return false;
+        if (!kt_cli::parse_int(item.c_str(), &v) || v < 0 || v > INT32_MAX) return false;
         out->push_back(static_cast<int32_t>(v));
         if (comma == std::string::npos) break;
         at = comma + 1;
@@ -78,31 +61,20 @@ bool parse_tokens(const std::string &text, std::vector<int32_t> *out) {
     return !out->empty();
 }
 
-// Streams generated tokens: as text through a detokenizer, or as ids.
+// Streams generated tokens: as text, or as ids.
 struct Printer {
-    kt_detokenizer *detokenizer = nullptr;  // null: print ids
+    kt_cli::TextStream *text = nullptr;  // null: print ids
     int count = 0;
-    std::vector<char> buf = std::vector<char>(256);
-
-    // Feeds a token (or, with token < 0, flushes) and prints the text it completes, growing the buffer on demand.
-    void text(int32_t token) {
-        int64_t n = 0;
-        kt_status s = KT_STATUS_BUFFER_TOO_SMALL;
-        for (int attempt = 0; attempt < 2 && s == KT_STATUS_BUFFER_TOO_SMALL; ++attempt) {
-            if (attempt > 0) buf.resize(static_cast<size_t>(n) + 1);
-            const int64_t capacity = static_cast<int64_t>(buf.size());
-            s = token >= 0 ? kt_detokenizer_push(detokenizer, token, buf.data(), capacity, &n)
-                           : kt_detokenizer_flush(detokenizer, buf.data(), capacity, &n);
-        }
-        if (s == KT_STATUS_OK) std::fwrite(buf.data(), 1, static_cast<size_t>(n), stdout);
-    }
 };
 
 int32_t on_token(int32_t token, void *user_data) {
     Printer &p = *static_cast<Printer *>(user_data);
-    if (p.detokenizer) p.text(token);
-    else std::printf(p.count == 0 ? "%d" : " %d", token);
-    std::fflush(stdout);
+    if (p.text) {
+        p.text->push(token);
+    } else {
+        std::printf(p.count == 0 ? "%d" : " %d", token);
+        std::fflush(stdout);
+    }
     ++p.count;
     return 0;
 }
@@ -130,7 +102,6 @@ int main(int argc, char **argv) {
         auto value = [&]() -> const char * { return i + 1 < argc ? argv[++i] : nullptr; };
         const char *v = nullptr;
         int64_t n = 0;
-        float f = 0.0f;
         if (a == "-h" || a == "--help") return usage();
         if (a == "--ignore-eos" || a == "--ids") {
             (a == "--ids" ? print_ids : ignore_eos) = true;
@@ -150,25 +121,15 @@ int main(int argc, char **argv) {
             if (k != "auto" && k != "reference") return usage("--kernels must be auto or reference");
             cp.kernels = k == "auto" ? KT_KERNELS_AUTO : KT_KERNELS_REFERENCE;
         } else if (a == "-n" || a == "--n-predict" || a == "-t" || a == "--threads" || a == "-c" || a == "--ctx-size" ||
-                   a == "-b" || a == "--batch-size" || a == "--top-k" || a == "--repeat-last-n" || a == "-s" ||
-                   a == "--seed") {
-            if (!parse_int(v, &n) || n < -1) return usage(("bad integer for " + a).c_str());
+                   a == "-b" || a == "--batch-size") {
+            if (!kt_cli::parse_int(v, &n) || n < -1) return usage(("bad integer for " + a).c_str());
             if (a == "-n" || a == "--n-predict") n_predict = n;
             else if (a == "-t" || a == "--threads") cp.n_threads = static_cast<int32_t>(n);
             else if (a == "-c" || a == "--ctx-size") cp.n_ctx = n;
-            else if (a == "-b" || a == "--batch-size") cp.n_batch = n;
-            else if (a == "--top-k") sp.top_k = static_cast<int32_t>(n);
-            else if (a == "--repeat-last-n") sp.repeat_last_n = static_cast<int32_t>(n);
-            else sp.seed = static_cast<uint64_t>(n);
-        } else if (a == "--temp" || a == "--top-p" || a == "--min-p" || a == "--repeat-penalty" ||
-                   a == "--presence-penalty" || a == "--frequency-penalty") {
-            if (!parse_float(v, &f)) return usage(("bad number for " + a).c_str());
-            if (a == "--temp") sp.temperature = f;
-            else if (a == "--top-p") sp.top_p = f;
-            else if (a == "--min-p") sp.min_p = f;
-            else if (a == "--repeat-penalty") sp.repeat_penalty = f;
-            else if (a == "--presence-penalty") sp.presence_penalty = f;
-            else sp.frequency_penalty = f;
+            else cp.n_batch = n;
+        } else if (const kt_cli::Flag flag = kt_cli::sampling_flag(a == "-s" ? "--seed" : a, v, &sp);
+                   flag != kt_cli::Flag::kNotMine) {
+            if (flag == kt_cli::Flag::kBadValue) return usage(("bad value for " + a).c_str());
         } else {
             return usage(("unknown option " + a).c_str());
         }
@@ -237,13 +198,16 @@ int main(int argc, char **argv) {
         int32_t eog = 0;
         if (kt_token_is_eog(model, id, &eog) == KT_STATUS_OK && eog) stops.push_back(id);
     }
+    kt_detokenizer *detokenizer = nullptr;
+    if (has_vocab && !print_ids && kt_detokenizer_create(model, 0, &detokenizer, nullptr) != KT_STATUS_OK)
+        detokenizer = nullptr;
+    kt_cli::TextStream text(detokenizer);
     Printer printer;
-    if (has_vocab && !print_ids && kt_detokenizer_create(model, 0, &printer.detokenizer, nullptr) != KT_STATUS_OK)
-        printer.detokenizer = nullptr;
+    if (detokenizer) printer.text = &text;
     int64_t generated = 0;
     int32_t reason = KT_STOP_MAX_TOKENS;
     if (status == 0 && n_predict > 0) {
-        if (printer.detokenizer && !prompt_text.empty()) std::fputs(prompt_text.c_str(), stdout);  // echo, as text
+        if (printer.text && !prompt_text.empty()) std::fputs(prompt_text.c_str(), stdout);  // echo, as text
         kt_generate_params gp;
         kt_generate_params_init(&gp);
         gp.max_tokens = n_predict;
@@ -254,7 +218,7 @@ int main(int argc, char **argv) {
         gp.user_data = &printer;
         if (kt_context_generate(ctx, nullptr, 0, &gp, nullptr, 0, &generated, &reason) != KT_STATUS_OK)
             status = fail("generate", kt_context_last_error(ctx));
-        if (printer.detokenizer) printer.text(-1);  // an incomplete character left at the end
+        if (printer.text) printer.text->push(-1);  // an incomplete character left at the end
         std::printf("\n");
         std::fflush(stdout);
     }
@@ -278,7 +242,7 @@ int main(int argc, char **argv) {
                          100 * perf.dense_ffn_seconds / total, 100 * perf.head_seconds / total,
                          100 * perf.other_seconds / total);
     }
-    kt_detokenizer_free(printer.detokenizer);
+    kt_detokenizer_free(detokenizer);
     kt_context_free(ctx);
     kt_model_free(model);
     return status;

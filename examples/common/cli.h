@@ -1,0 +1,90 @@
+// What kt's command-line programs share: strict number parsing, the sampling flags, and streaming generated text
+// through a kt_detokenizer. Header-only and built on kt.h alone, like the programs themselves.
+#pragma once
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "kt.h"
+
+namespace kt_cli {
+
+// The whole text must be the number: "12x", "", and out-of-range values are rejected.
+inline bool parse_int(const char *text, int64_t *out) {
+    char *end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0') return false;
+    *out = v;
+    return true;
+}
+
+inline bool parse_float(const char *text, float *out) {
+    char *end = nullptr;
+    errno = 0;
+    const float v = std::strtof(text, &end);
+    if (errno != 0 || end == text || *end != '\0') return false;
+    *out = v;
+    return true;
+}
+
+enum class Flag { kNotMine, kTaken, kBadValue };
+
+// Applies one sampling flag with its value to *sp: --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n
+// --presence-penalty --frequency-penalty --seed (the programs' usage texts list them).
+inline Flag sampling_flag(const std::string &flag, const char *value, kt_sampler_params *sp) {
+    int64_t n = 0;
+    float f = 0.0f;
+    if (flag == "--top-k" || flag == "--repeat-last-n" || flag == "--seed") {
+        const int64_t lowest = flag == "--repeat-last-n" ? -1 : 0;  // -1: the whole sequence
+        const int64_t highest = flag == "--seed" ? INT64_MAX : INT32_MAX;
+        if (!parse_int(value, &n) || n < lowest || n > highest) return Flag::kBadValue;
+        if (flag == "--top-k") sp->top_k = static_cast<int32_t>(n);
+        else if (flag == "--repeat-last-n") sp->repeat_last_n = static_cast<int32_t>(n);
+        else sp->seed = static_cast<uint64_t>(n);
+        return Flag::kTaken;
+    }
+    if (flag == "--temp" || flag == "--top-p" || flag == "--min-p" || flag == "--repeat-penalty" ||
+        flag == "--presence-penalty" || flag == "--frequency-penalty") {
+        if (!parse_float(value, &f)) return Flag::kBadValue;
+        if (flag == "--temp") sp->temperature = f;
+        else if (flag == "--top-p") sp->top_p = f;
+        else if (flag == "--min-p") sp->min_p = f;
+        else if (flag == "--repeat-penalty") sp->repeat_penalty = f;
+        else if (flag == "--presence-penalty") sp->presence_penalty = f;
+        else sp->frequency_penalty = f;
+        return Flag::kTaken;
+    }
+    return Flag::kNotMine;
+}
+
+// Writes generated tokens to stdout as text: the detokenizer holds back an incomplete UTF-8 character until it is
+// whole, and the buffer grows when a piece needs more room.
+class TextStream {
+public:
+    explicit TextStream(kt_detokenizer *detokenizer) : detokenizer_(detokenizer) {}
+
+    // Pushes a token (token < 0: flushes what is held back) and prints the text it completes.
+    void push(int32_t token) {
+        int64_t n = 0;
+        kt_status s = KT_STATUS_BUFFER_TOO_SMALL;
+        for (int attempt = 0; attempt < 2 && s == KT_STATUS_BUFFER_TOO_SMALL; ++attempt) {
+            if (attempt > 0) buf_.resize(static_cast<size_t>(n) + 1);
+            const int64_t capacity = static_cast<int64_t>(buf_.size());
+            s = token >= 0 ? kt_detokenizer_push(detokenizer_, token, buf_.data(), capacity, &n)
+                           : kt_detokenizer_flush(detokenizer_, buf_.data(), capacity, &n);
+        }
+        if (s == KT_STATUS_OK) std::fwrite(buf_.data(), 1, static_cast<size_t>(n), stdout);
+        std::fflush(stdout);
+    }
+
+private:
+    kt_detokenizer *detokenizer_;
+    std::vector<char> buf_ = std::vector<char>(256);
+};
+
+}  // namespace kt_cli

@@ -32,6 +32,7 @@
 
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/roofline.h"
 #include "core/fp16.h"
 #include "core/thread_pool.h"
 #include "kt.h"
@@ -39,7 +40,6 @@
 #include "mem/topology.h"
 #include "ops/ref/blocks.h"
 #include "ops/types.h"
-#include "roofline.h"
 
 namespace {
 
@@ -135,6 +135,12 @@ Options parse(int argc, char **argv) {
 }
 
 // ---- formats ---------------------------------------------------------------------------------------------------
+
+// The roofline in the units this program prints (kt::cpu::measure_roofline, the probe behind kt_measure_roofline).
+struct Roof {
+    double read_gbs, int8_gops, bf16_gflops;
+    std::string int8_isa, bf16_isa;
+};
 
 struct Format {
     const char *name;
@@ -276,11 +282,13 @@ int main(int argc, char **argv) {
         cpu_set_t saved;
         sched_getaffinity(0, sizeof saved, &saved);
         if (plan.threads[0].pu >= 0 && topo->can_bind_threads()) (void)topo->bind_current_thread(plan.threads[0].pu);
-        const kt::bench::Roofline r = kt::bench::measure_roofline(*tp, isa, ks.vnni, ks.bf16, o.roofline_bytes, 5);
+        kt::cpu::Roofline r;
+        const kt::Status status = kt::cpu::measure_roofline(*tp, o.roofline_bytes, &r);
         sched_setaffinity(0, sizeof saved, &saved);
-        return r;
+        if (!status.is_ok()) std::fprintf(stderr, "kt-expert-bench: roofline: %s\n", status.message().c_str());
+        return Roof{r.read_bytes_per_s / 1e9, r.int8_ops_per_s / 1e9, r.bf16_flops_per_s / 1e9, r.int8_isa, r.bf16_isa};
     };
-    kt::bench::Roofline roof = measure();
+    Roof roof = measure();
 
     const kt::cpu::CpuFeatures &cf = kt::cpu::host_cpu_features();
     const std::string load = read_first_line("/proc/loadavg");
@@ -290,8 +298,8 @@ int main(int argc, char **argv) {
                 static_cast<double>(mem_total_bytes()) / (1ull << 30), topo->describe().c_str());
     std::printf("# load average before: %s\n", load.c_str());
     std::printf("# roofline (same threads): read %.1f GB/s over %zu MiB; int8 %.0f GOP/s (%s); bf16 %.0f GFLOP/s (%s)\n",
-                roof.read_gbs, o.roofline_bytes >> 20, roof.int8_gops, roof.int8_instruction, roof.bf16_gflops,
-                roof.bf16_instruction);
+                roof.read_gbs, o.roofline_bytes >> 20, roof.int8_gops, roof.int8_isa.c_str(), roof.bf16_gflops,
+                roof.bf16_isa.c_str());
     std::printf("# shape: %lld experts, top-%d, hidden %lld, intermediate %lld; median of %d calls after %d warm-up\n",
                 static_cast<long long>(o.experts), o.top_k, static_cast<long long>(o.hidden),
                 static_cast<long long>(o.inter), o.reps, o.warmup);

@@ -15,11 +15,11 @@
 
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/roofline.h"
 #include "core/fp16.h"
 #include "mem/numa_buffer.h"
 #include "moe/weights.h"
 #include "ops/types.h"
-#include "roofline.h"
 
 namespace {
 
@@ -163,8 +163,8 @@ void BM_gemm_stream(benchmark::State &state, const cpu::KernelSet *ks, Fmt f) {
                                                 benchmark::Counter::kIsRate);
 }
 
-// The single-core dot-product peaks the GEMM rates compare to (the roofline loops of kt-expert-bench).
-void BM_peak(benchmark::State &state, uint64_t (*loop)(int64_t), double ops_per_iteration) {
+// The single-core dot-product peaks the GEMM rates compare to (the probes of kt_measure_roofline and kt-expert-bench).
+void BM_peak(benchmark::State &state, double (*loop)(int64_t), double ops_per_iteration) {
     const int64_t iterations = 100000;
     for (auto _ : state) benchmark::DoNotOptimize(loop(iterations));
     state.counters["GOPS"] = benchmark::Counter(ops_per_iteration * static_cast<double>(iterations) *
@@ -177,10 +177,18 @@ void BM_peak(benchmark::State &state, uint64_t (*loop)(int64_t), double ops_per_
 int main(int argc, char **argv) {
     const cpu::CpuFeatures &cf = cpu::host_cpu_features();
     if (cpu::host_isa_level() >= cpu::IsaLevel::kAvx512) {
-        if (cf.avx512_vnni) benchmark::RegisterBenchmark("BM_peak/int8/vpdpbusd_zmm", BM_peak, bench::dot_vnni512, 16.0 * 128);
-        benchmark::RegisterBenchmark("BM_peak/int8/maddubs_zmm", BM_peak, bench::dot_maddubs512, 16.0 * 128);
-        if (cf.avx512_bf16) benchmark::RegisterBenchmark("BM_peak/bf16/vdpbf16ps_zmm", BM_peak, bench::dot_bf16_512, 16.0 * 64);
-        benchmark::RegisterBenchmark("BM_peak/f32/vfmadd_zmm", BM_peak, bench::fma512, 16.0 * 32);
+        namespace probe = cpu::probe;
+        if (cf.avx512_vnni)
+            benchmark::RegisterBenchmark("BM_peak/int8/vpdpbusd_zmm", BM_peak,
+                                         +[](int64_t i) { return static_cast<double>(probe::int8_dots_avx512_vnni(i)); },
+                                         2.0 * probe::kAvx512VnniMacsPerIteration);
+        benchmark::RegisterBenchmark("BM_peak/int8/maddubs_zmm", BM_peak,
+                                     +[](int64_t i) { return static_cast<double>(probe::int8_dots_avx512(i)); },
+                                     2.0 * probe::kAvx512MacsPerIteration);
+        if (cf.avx512_bf16)
+            benchmark::RegisterBenchmark("BM_peak/bf16/vdpbf16ps_zmm", BM_peak, probe::bf16_dots_avx512,
+                                         2.0 * probe::kAvx512Bf16MacsPerIteration);
+        benchmark::RegisterBenchmark("BM_peak/f32/vfmadd_zmm", BM_peak, probe::fma_avx512, 2.0 * probe::kAvx512FmaPerIteration);
     }
     const cpu::KernelSet *sets[16];
     const int n = cpu::supported_kernel_sets(sets, 16);

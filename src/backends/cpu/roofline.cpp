@@ -37,23 +37,55 @@ int64_t int8_dots_scalar(int64_t iterations) {
     return s;
 }
 
+double fma_scalar(int64_t iterations) {
+    float acc[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    for (int64_t i = 0; i < iterations; ++i)
+        for (float &a : acc) a = 0.9999f * a + 0.0001f;
+    double s = 0;
+    for (float a : acc) s += a;
+    return s;
+}
+
+// The probes of the instructions the kernels use at the active ISA level (kt_set_max_isa / KT_MAX_ISA included).
 struct Probes {
     uint64_t (*read_sum)(const void *, uint64_t);
     int64_t (*int8_dots)(int64_t);
-    int64_t macs_per_iteration;
-    const char *isa;
+    int64_t int8_macs_per_iteration;
+    const char *int8_isa;
+    double (*bf16_dots)(int64_t);
+    int64_t bf16_macs_per_iteration;
+    const char *bf16_isa;
 };
 
 Probes select_probes() {
     const CpuFeatures &f = host_cpu_features();
     const IsaLevel level = active_isa_level();
-    if (level >= IsaLevel::kAvx512 && f.avx512_vnni)
-        return {probe::read_sum_avx512, probe::int8_dots_avx512_vnni, probe::kAvx512VnniMacsPerIteration, "avx512-vnni"};
-    if (level >= IsaLevel::kAvx2 && f.avx_vnni)
-        return {probe::read_sum_avx2, probe::int8_dots_avx_vnni, probe::kAvxVnniMacsPerIteration, "avx-vnni"};
-    if (level >= IsaLevel::kAvx2)
-        return {probe::read_sum_avx2, probe::int8_dots_avx2, probe::kAvx2MacsPerIteration, "avx2"};
-    return {read_sum_scalar, int8_dots_scalar, 8, "scalar"};
+    Probes p = {read_sum_scalar, int8_dots_scalar, 8, "scalar", fma_scalar, 8, "scalar"};
+    if (level >= IsaLevel::kAvx512) {
+        p.read_sum = probe::read_sum_avx512;
+        if (f.avx512_vnni)
+            p.int8_dots = probe::int8_dots_avx512_vnni, p.int8_macs_per_iteration = probe::kAvx512VnniMacsPerIteration,
+            p.int8_isa = "avx512-vnni";
+        else
+            p.int8_dots = probe::int8_dots_avx512, p.int8_macs_per_iteration = probe::kAvx512MacsPerIteration,
+            p.int8_isa = "avx512";
+        if (f.avx512_bf16)
+            p.bf16_dots = probe::bf16_dots_avx512, p.bf16_macs_per_iteration = probe::kAvx512Bf16MacsPerIteration,
+            p.bf16_isa = "avx512-bf16";
+        else
+            p.bf16_dots = probe::fma_avx512, p.bf16_macs_per_iteration = probe::kAvx512FmaPerIteration,
+            p.bf16_isa = "avx512-fma";
+    } else if (level >= IsaLevel::kAvx2) {
+        p.read_sum = probe::read_sum_avx2;
+        if (f.avx_vnni)
+            p.int8_dots = probe::int8_dots_avx_vnni, p.int8_macs_per_iteration = probe::kAvxVnniMacsPerIteration,
+            p.int8_isa = "avx-vnni";
+        else
+            p.int8_dots = probe::int8_dots_avx2, p.int8_macs_per_iteration = probe::kAvx2MacsPerIteration,
+            p.int8_isa = "avx2";
+        p.bf16_dots = probe::fma_avx2, p.bf16_macs_per_iteration = probe::kAvx2FmaPerIteration, p.bf16_isa = "avx2-fma";
+    }
+    return p;
 }
 
 constexpr uint64_t kSliceAlign = 4096;
@@ -72,45 +104,55 @@ Status measure_roofline(ThreadPool &pool, uint64_t buffer_bytes, Roofline *out) 
     Roofline r;
     r.n_threads = n;
     r.buffer_bytes = slice * static_cast<uint64_t>(n);
-    r.int8_isa = probes.isa;
+    r.int8_isa = probes.int8_isa;
+    r.bf16_isa = probes.bf16_isa;
 
     // Bandwidth: each thread first touches, then repeatedly sums, its own slice.
     mem::NumaBuffer buffer;
     KT_TRY(mem::NumaBuffer::allocate(r.buffer_bytes, nullptr, -1, &buffer));
     uint8_t *base = buffer.as<uint8_t>();
-    std::vector<uint64_t> sink(static_cast<size_t>(n) * 8);  // one cache line per thread
+    std::vector<double> sink(static_cast<size_t>(n) * 8);  // one cache line per thread
     KT_TRY(pool.run([&](int t) { std::memset(base + slice * static_cast<uint64_t>(t), t + 1, slice); }));
     double best = 1e30;
     for (int pass = 0; pass < kBandwidthPasses; ++pass) {
         const Clock::time_point start = Clock::now();
-        KT_TRY(pool.run([&](int t) { sink[static_cast<size_t>(t) * 8] += probes.read_sum(base + slice * static_cast<uint64_t>(t), slice); }));
+        KT_TRY(pool.run([&](int t) {
+            sink[static_cast<size_t>(t) * 8] += static_cast<double>(probes.read_sum(base + slice * static_cast<uint64_t>(t), slice));
+        }));
         best = std::min(best, seconds_since(start));
     }
     r.read_bytes_per_s = static_cast<double>(r.buffer_bytes) / best;
 
-    // int8 peak: calibrate the iteration count on one thread, then run every thread together.
-    int64_t iterations = 1 << 14;
-    for (;;) {
-        const Clock::time_point start = Clock::now();
-        sink[0] += static_cast<uint64_t>(probes.int8_dots(iterations));
-        const double s = seconds_since(start);
-        if (s >= kComputeSeconds / 4 || iterations > (int64_t{1} << 40)) {
-            iterations = static_cast<int64_t>(static_cast<double>(iterations) * kComputeSeconds / std::max(s, 1e-6));
-            break;
+    // Peaks: calibrate the iteration count on one thread, then run every thread together.
+    double ops_per_s = 0.0;
+    auto peak_ops_per_s = [&](auto dots, int64_t macs_per_iteration) -> Status {
+        int64_t iterations = 1 << 14;
+        for (;;) {
+            const Clock::time_point start = Clock::now();
+            sink[0] += static_cast<double>(dots(iterations));
+            const double s = seconds_since(start);
+            if (s >= kComputeSeconds / 4 || iterations > (int64_t{1} << 40)) {
+                iterations = static_cast<int64_t>(static_cast<double>(iterations) * kComputeSeconds / std::max(s, 1e-6));
+                break;
+            }
+            iterations *= 4;
         }
-        iterations *= 4;
-    }
-    best = 1e30;
-    for (int rep = 0; rep < kComputeRepetitions; ++rep) {
-        const Clock::time_point start = Clock::now();
-        KT_TRY(pool.run([&](int t) { sink[static_cast<size_t>(t) * 8] += static_cast<uint64_t>(probes.int8_dots(iterations)); }));
-        best = std::min(best, seconds_since(start));
-    }
-    r.int8_ops_per_s = 2.0 * static_cast<double>(iterations) * static_cast<double>(probes.macs_per_iteration) *
-                       static_cast<double>(n) / best;
+        double fastest = 1e30;
+        for (int rep = 0; rep < kComputeRepetitions; ++rep) {
+            const Clock::time_point start = Clock::now();
+            KT_TRY(pool.run([&](int t) { sink[static_cast<size_t>(t) * 8] += static_cast<double>(dots(iterations)); }));
+            fastest = std::min(fastest, seconds_since(start));
+        }
+        ops_per_s = 2.0 * static_cast<double>(iterations) * static_cast<double>(macs_per_iteration) * n / fastest;
+        return Status::ok();
+    };
+    KT_TRY(peak_ops_per_s(probes.int8_dots, probes.int8_macs_per_iteration));
+    r.int8_ops_per_s = ops_per_s;
+    KT_TRY(peak_ops_per_s(probes.bf16_dots, probes.bf16_macs_per_iteration));
+    r.bf16_flops_per_s = ops_per_s;
     std::atomic_signal_fence(std::memory_order_seq_cst);
-    volatile uint64_t keep = 0;
-    for (uint64_t v : sink) keep = keep + v;  // the probes' results must look used
+    volatile double keep = 0;
+    for (double v : sink) keep = keep + v;  // the probes' results must look used
     *out = r;
     return Status::ok();
 }

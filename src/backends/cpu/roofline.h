@@ -1,5 +1,5 @@
-// The machine's roofline, measured: how fast memory can be read and how many int8 dot-product operations the
-// cores can retire, with the threads that will run the real work. Benchmarks state their results as a fraction
+// The machine's roofline, measured: how fast memory can be read and how many int8 and bf16 dot-product operations
+// the cores can retire, with the threads that will run the real work. Benchmarks state their results as a fraction
 // of these (decode is bandwidth bound, prefill compute bound), measured in the same run so that a busy or
 // throttled machine lowers both sides alike.
 #pragma once
@@ -18,6 +18,9 @@ struct Roofline {
     double read_bytes_per_s = 0.0;  // best pass: every thread summing its slice of the buffer
     double int8_ops_per_s = 0.0;    // 2 ops per int8 multiply-add, best of the repetitions
     std::string int8_isa;           // the instruction measured: "avx512-vnni", "avx-vnni", "avx2", "scalar"
+    double bf16_flops_per_s = 0.0;  // 2 per multiply-add of the BF16 kernels' instruction, best of the repetitions
+    std::string bf16_isa;           // "avx512-bf16" (vdpbf16ps), else the fp32 FMA the kernels use instead:
+                                    // "avx512-fma", "avx2-fma", "scalar"
 };
 
 // buffer_bytes: the bandwidth buffer (rounded down to a multiple of 4 KiB per thread); use several times the
@@ -31,11 +34,20 @@ namespace probe {
 uint64_t read_sum_avx512(const void *data, uint64_t n);
 int64_t int8_dots_avx512_vnni(int64_t iterations);
 inline constexpr int64_t kAvx512VnniMacsPerIteration = 16 * 64;
+int64_t int8_dots_avx512(int64_t iterations);  // without VNNI
+inline constexpr int64_t kAvx512MacsPerIteration = 8 * 64;
 uint64_t read_sum_avx2(const void *data, uint64_t n);
 int64_t int8_dots_avx_vnni(int64_t iterations);
 inline constexpr int64_t kAvxVnniMacsPerIteration = 12 * 32;
 int64_t int8_dots_avx2(int64_t iterations);
 inline constexpr int64_t kAvx2MacsPerIteration = 8 * 32;
+// bf16_dots / fma: the same for the BF16 kernels' instruction; a result that depends on every chain.
+double bf16_dots_avx512(int64_t iterations);
+inline constexpr int64_t kAvx512Bf16MacsPerIteration = 16 * 32;
+double fma_avx512(int64_t iterations);
+inline constexpr int64_t kAvx512FmaPerIteration = 16 * 16;
+double fma_avx2(int64_t iterations);
+inline constexpr int64_t kAvx2FmaPerIteration = 12 * 8;
 }  // namespace probe
 
 }  // namespace kt::cpu

@@ -78,4 +78,25 @@ int64_t int8_dots_avx2(int64_t iterations) {
                                      _mm256_add_epi32(_mm256_add_epi32(a4, a5), _mm256_add_epi32(a6, a7))));
 }
 
+double fma_avx2(int64_t iterations) {
+    __m256 m = _mm256_set1_ps(0.9999f), c = _mm256_set1_ps(0.0001f);  // chains converge to 1: no overflow
+    __m256 a0 = _mm256_set1_ps(0), a1 = _mm256_set1_ps(1), a2 = _mm256_set1_ps(2), a3 = _mm256_set1_ps(3),
+           a4 = _mm256_set1_ps(4), a5 = _mm256_set1_ps(5), a6 = _mm256_set1_ps(6), a7 = _mm256_set1_ps(7),
+           a8 = _mm256_set1_ps(8), a9 = _mm256_set1_ps(9), a10 = _mm256_set1_ps(10), a11 = _mm256_set1_ps(11);
+    auto fma = [&](__m256 acc) { return _mm256_fmadd_ps(m, acc, c); };
+    for (int64_t i = 0; i < iterations; ++i) {
+        a0 = fma(a0), a1 = fma(a1), a2 = fma(a2), a3 = fma(a3), a4 = fma(a4), a5 = fma(a5), a6 = fma(a6), a7 = fma(a7);
+        a8 = fma(a8), a9 = fma(a9), a10 = fma(a10), a11 = fma(a11);
+        __asm__ volatile("" : "+x"(m), "+x"(c));
+    }
+    const __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
+                                                 _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7))),
+                                   _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, s);
+    double total = 0;
+    for (float v : lanes) total += v;
+    return total;
+}
+
 }  // namespace kt::cpu::probe

@@ -558,8 +558,8 @@ KT_API kt_status kt_context_perf(const kt_context *context, kt_perf *out_perf);
 KT_API void kt_context_perf_reset(kt_context *context);
 
 /* ------------------------------------------------------------------------------------------------------------ */
-/* The machine's roofline, for benchmarks: memory read bandwidth and int8 dot-product peak, measured now with   */
-/* the given threads, so that results can be stated as a fraction of what the machine does at this moment.      */
+/* The machine's roofline, for benchmarks: memory read bandwidth and the int8 and bf16 dot-product peaks,      */
+/* measured now with the given threads, so that results can be stated as a fraction of what the machine does.   */
 
 typedef struct kt_roofline {
     uint32_t struct_size;       /* set by the caller: sizeof(kt_roofline) */
@@ -568,8 +568,11 @@ typedef struct kt_roofline {
     double read_bytes_per_s;    /* best pass of every thread summing its own slice of the buffer */
     double int8_ops_per_s;      /* best of independent int8 dot instructions on every thread; 2 ops per
                                    multiply-add */
-    char int8_isa[16];          /* the instruction measured: "avx512-vnni", "avx-vnni", "avx2" or "scalar" (AMX
-                                   tiles are not measured) */
+    char int8_isa[16];          /* the instruction measured: "avx512-vnni", "avx512", "avx-vnni", "avx2" or
+                                   "scalar" (AMX tiles are not measured) */
+    double bf16_flops_per_s;    /* the same for the BF16 kernels' instruction: 2 flops per multiply-add */
+    char bf16_isa[16];          /* "avx512-bf16" (vdpbf16ps), else the fp32 FMA used instead: "avx512-fma",
+                                   "avx2-fma" or "scalar" */
 } kt_roofline;
 
 /* Measures the roofline with n_threads (0: one per physical core, pinned as contexts pin theirs). buffer_bytes:

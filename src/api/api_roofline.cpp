@@ -1,4 +1,4 @@
-// kt_measure_roofline: the bandwidth and int8 peak probes for benchmarks.
+// kt_measure_roofline: the bandwidth and dot-product peak probes for benchmarks.
 #include <algorithm>
 #include <cstring>
 
@@ -27,6 +27,8 @@ KT_API kt_status kt_measure_roofline(int32_t n_threads, uint64_t buffer_bytes, k
         out->read_bytes_per_s = r.read_bytes_per_s;
         out->int8_ops_per_s = r.int8_ops_per_s;
         std::strncpy(out->int8_isa, r.int8_isa.c_str(), sizeof out->int8_isa - 1);
+        out->bf16_flops_per_s = r.bf16_flops_per_s;
+        std::strncpy(out->bf16_isa, r.bf16_isa.c_str(), sizeof out->bf16_isa - 1);
         return kt::Status::ok();
     });
     return s.code();

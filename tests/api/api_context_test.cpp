@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -491,4 +492,29 @@ TEST_CASE("writer: the tensors an architecture expects, from metadata alone") {
     REQUIRE(kt_gguf_writer_set_string(w, "general.architecture", "mamba", 5) == KT_STATUS_OK);
     CHECK(kt_gguf_writer_expected_tensors(w, collect_spec, &two) == KT_STATUS_UNSUPPORTED);
     kt_gguf_writer_free(w);
+}
+
+TEST_CASE("kt_measure_roofline measures bandwidth and both peaks, and rejects bad arguments") {
+    kt_roofline r;
+    std::memset(&r, 0xA5, sizeof r);  // every field must be written
+    r.struct_size = sizeof r;
+    REQUIRE(kt_measure_roofline(1, 16u << 20, &r) == KT_STATUS_OK);
+    CHECK(r.n_threads == 1);
+    CHECK(r.buffer_bytes == (16u << 20));
+    CHECK(r.read_bytes_per_s > 1e8);
+    CHECK(r.int8_ops_per_s > 1e9);
+    CHECK(r.bf16_flops_per_s > 1e8);
+    const std::string int8_isa(r.int8_isa, strnlen(r.int8_isa, sizeof r.int8_isa));
+    const std::string bf16_isa(r.bf16_isa, strnlen(r.bf16_isa, sizeof r.bf16_isa));
+    CHECK(int8_isa.size() < sizeof r.int8_isa);  // NUL-terminated
+    CHECK(bf16_isa.size() < sizeof r.bf16_isa);
+    CHECK_FALSE(int8_isa.empty());
+    CHECK_FALSE(bf16_isa.empty());
+
+    CHECK(kt_measure_roofline(1, 16u << 20, nullptr) == KT_STATUS_INVALID_ARGUMENT);
+    kt_roofline small = r;
+    small.struct_size = sizeof small - 8;
+    CHECK(kt_measure_roofline(1, 16u << 20, &small) == KT_STATUS_INVALID_ARGUMENT);
+    CHECK(kt_measure_roofline(-1, 16u << 20, &r) == KT_STATUS_INVALID_ARGUMENT);
+    CHECK(kt_measure_roofline(1, 16, &r) != KT_STATUS_OK);  // too small for even one 4 KiB slice
 }

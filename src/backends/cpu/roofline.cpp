@@ -61,29 +61,27 @@ Probes select_probes() {
     const CpuFeatures &f = host_cpu_features();
     const IsaLevel level = active_isa_level();
     Probes p = {read_sum_scalar, int8_dots_scalar, 8, "scalar", fma_scalar, 8, "scalar"};
+    auto int8 = [&p](int64_t (*dots)(int64_t), int64_t macs, const char *isa) {
+        p.int8_dots = dots;
+        p.int8_macs_per_iteration = macs;
+        p.int8_isa = isa;
+    };
+    auto bf16 = [&p](double (*dots)(int64_t), int64_t macs, const char *isa) {
+        p.bf16_dots = dots;
+        p.bf16_macs_per_iteration = macs;
+        p.bf16_isa = isa;
+    };
     if (level >= IsaLevel::kAvx512) {
         p.read_sum = probe::read_sum_avx512;
-        if (f.avx512_vnni)
-            p.int8_dots = probe::int8_dots_avx512_vnni, p.int8_macs_per_iteration = probe::kAvx512VnniMacsPerIteration,
-            p.int8_isa = "avx512-vnni";
-        else
-            p.int8_dots = probe::int8_dots_avx512, p.int8_macs_per_iteration = probe::kAvx512MacsPerIteration,
-            p.int8_isa = "avx512";
-        if (f.avx512_bf16)
-            p.bf16_dots = probe::bf16_dots_avx512, p.bf16_macs_per_iteration = probe::kAvx512Bf16MacsPerIteration,
-            p.bf16_isa = "avx512-bf16";
-        else
-            p.bf16_dots = probe::fma_avx512, p.bf16_macs_per_iteration = probe::kAvx512FmaPerIteration,
-            p.bf16_isa = "avx512-fma";
+        if (f.avx512_vnni) int8(probe::int8_dots_avx512_vnni, probe::kAvx512VnniMacsPerIteration, "avx512-vnni");
+        else int8(probe::int8_dots_avx512, probe::kAvx512MacsPerIteration, "avx512");
+        if (f.avx512_bf16) bf16(probe::bf16_dots_avx512, probe::kAvx512Bf16MacsPerIteration, "avx512-bf16");
+        else bf16(probe::fma_avx512, probe::kAvx512FmaPerIteration, "avx512-fma");
     } else if (level >= IsaLevel::kAvx2) {
         p.read_sum = probe::read_sum_avx2;
-        if (f.avx_vnni)
-            p.int8_dots = probe::int8_dots_avx_vnni, p.int8_macs_per_iteration = probe::kAvxVnniMacsPerIteration,
-            p.int8_isa = "avx-vnni";
-        else
-            p.int8_dots = probe::int8_dots_avx2, p.int8_macs_per_iteration = probe::kAvx2MacsPerIteration,
-            p.int8_isa = "avx2";
-        p.bf16_dots = probe::fma_avx2, p.bf16_macs_per_iteration = probe::kAvx2FmaPerIteration, p.bf16_isa = "avx2-fma";
+        if (f.avx_vnni) int8(probe::int8_dots_avx_vnni, probe::kAvxVnniMacsPerIteration, "avx-vnni");
+        else int8(probe::int8_dots_avx2, probe::kAvx2MacsPerIteration, "avx2");
+        bf16(probe::fma_avx2, probe::kAvx2FmaPerIteration, "avx2-fma");
     }
     return p;
 }

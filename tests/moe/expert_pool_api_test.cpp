@@ -3,7 +3,9 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/fp16.h"
@@ -442,4 +444,35 @@ TEST_CASE("expert pool api: ISA cap") {
     }
     REQUIRE(kt_set_max_isa(KT_ISA_AMX) == KT_STATUS_OK);
     CHECK(kt_get_isa() == host);
+}
+
+TEST_CASE("expert pool api: KT_EXPERT_TRACE logs where a pool's calls spent their time when it is freed") {
+    std::vector<std::string> lines;
+    kt_log_set([](int32_t, const char *msg, void *ud) { static_cast<std::vector<std::string> *>(ud)->push_back(msg); },
+               &lines, KT_LOG_INFO);
+    const Routing r = make_routing(3, 2, kE, 5);
+    const std::vector<float> x = random_normal(static_cast<size_t>(3 * kH), 6);
+    std::vector<float> y(static_cast<size_t>(3 * kH));
+    const kt_expert_forward a = args_for(x, r, y.data());
+    auto trace_lines = [&] {
+        int n = 0;
+        for (const std::string &l : lines) n += l.find("expert pool trace: 3 jobs") != std::string::npos;
+        return n;
+    };
+    {
+        Fixture untraced;  // the variable is read when a pool is created
+        for (int i = 0; i < 3; ++i) REQUIRE(kt_expert_pool_forward(untraced.pool, &a) == KT_STATUS_OK);
+    }
+    CHECK(trace_lines() == 0);
+    setenv("KT_EXPERT_TRACE", "1", 1);
+    {
+        Fixture traced;
+        unsetenv("KT_EXPERT_TRACE");
+        for (int i = 0; i < 3; ++i) REQUIRE(kt_expert_pool_forward(traced.pool, &a) == KT_STATUS_OK);
+    }
+    kt_log_set(nullptr, nullptr, 0);
+    REQUIRE(trace_lines() == 1);
+    for (const std::string &l : lines)
+        if (l.find("expert pool trace") != std::string::npos)
+            for (const char *phase : {"quantize x", "gate/up", "quantize h", "down", "merge"}) CHECK(l.find(phase) != std::string::npos);
 }

@@ -166,22 +166,17 @@ class TensorInfo:
         return f"TensorInfo({self.name!r}, {type_name(self.type)}, ne={list(self.ne)})"
 
 
-class Model:
-    """A GGUF file loaded by kt_model_load (memory-mapped, validated). Use as a context manager or call close()."""
+class _Handle:
+    """A kt handle owned by a Python object: freed by close(), at the end of a with-block, or when collected.
+    Subclasses name their kt_*_free and kt_*_last_error functions and set self._handle."""
 
-    def __init__(self, path):
-        self._handle = None
-        lib = _lib()
-        handle = ctypes.c_void_p()
-        err = _KtError(struct_size=ctypes.sizeof(_KtError))
-        status = lib.kt_model_load(os.fsencode(path), None, ctypes.byref(handle), ctypes.byref(err))
-        if status != STATUS_OK:
-            raise Error(status, err.message.decode(errors="replace"))
-        self._handle = handle
+    _free = None
+    _last_error = None
+    _handle = None
 
     def close(self):
         if self._handle:
-            _lib().kt_model_free(self._handle)
+            getattr(_lib(), self._free)(self._handle)
             self._handle = None
 
     def __enter__(self):
@@ -195,7 +190,25 @@ class Model:
 
     def _check(self, status):
         if status != STATUS_OK:
-            raise Error(status, _lib().kt_model_last_error(self._handle).decode(errors="replace"))
+            message = getattr(_lib(), self._last_error)(self._handle)
+            raise Error(status, message.decode(errors="replace"))
+
+
+class Model(_Handle):
+    """A GGUF file loaded by kt_model_load (memory-mapped, validated). Use as a context manager or call close()."""
+
+    _free = "kt_model_free"
+    _last_error = "kt_model_last_error"
+
+    def __init__(self, path):
+        self._handle = None
+        lib = _lib()
+        handle = ctypes.c_void_p()
+        err = _KtError(struct_size=ctypes.sizeof(_KtError))
+        status = lib.kt_model_load(os.fsencode(path), None, ctypes.byref(handle), ctypes.byref(err))
+        if status != STATUS_OK:
+            raise Error(status, err.message.decode(errors="replace"))
+        self._handle = handle
 
     # ---- metadata
 
@@ -334,7 +347,7 @@ def dequantize(kt_type, data, shape):
 # ------------------------------------------------------------------------------------------------------------
 # Writing GGUF files
 
-class GgufWriter:
+class GgufWriter(_Handle):
     """Collects metadata and tensors, then writes a GGUF v3 file atomically (kt_gguf_writer_*).
 
     Metadata setters take a GGUF type explicitly; `add(key, kind, value)` is a shorthand with kind one of
@@ -348,6 +361,9 @@ class GgufWriter:
               META_INT32: "<i4", META_UINT64: "<u8", META_INT64: "<i8", META_FLOAT32: "<f4", META_FLOAT64: "<f8",
               META_BOOL: "<u1"}
 
+    _free = "kt_gguf_writer_free"
+    _last_error = "kt_gguf_writer_last_error"
+
     def __init__(self, alignment=0):
         self._handle = None
         handle = ctypes.c_void_p()
@@ -355,24 +371,6 @@ class GgufWriter:
         if status != STATUS_OK:
             raise Error(status, f"kt_gguf_writer_create(alignment {alignment}) failed")
         self._handle = handle
-
-    def close(self):
-        if self._handle:
-            _lib().kt_gguf_writer_free(self._handle)
-            self._handle = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        self.close()
-
-    def _check(self, status):
-        if status != STATUS_OK:
-            raise Error(status, _lib().kt_gguf_writer_last_error(self._handle).decode(errors="replace"))
 
     def set_int(self, key, meta_type, value):
         if meta_type == META_UINT64:

@@ -38,7 +38,7 @@ int64_t int8_dots_avx512(int64_t iterations);  // without VNNI
 inline constexpr int64_t kAvx512MacsPerIteration = 8 * 64;
 uint64_t read_sum_avx2(const void *data, uint64_t n);
 int64_t int8_dots_avx_vnni(int64_t iterations);
-inline constexpr int64_t kAvxVnniMacsPerIteration = 12 * 32;
+inline constexpr int64_t kAvxVnniMacsPerIteration = 10 * 32;
 int64_t int8_dots_avx2(int64_t iterations);
 inline constexpr int64_t kAvx2MacsPerIteration = 8 * 32;
 // bf16_dots / fma: the same for the BF16 kernels' instruction; a result that depends on every chain.

@@ -77,6 +77,19 @@ struct Kernels {
     static constexpr int kNV = 2;
     static constexpr int kCols = kNV * kW;
 
+    // Points every entry of a kernel set at this instantiation (each ISA's translation unit calls it with its own S).
+    static void fill(KernelSet *ks) {
+        ks->gemm_int = &gemm_int;
+        ks->gemm_bf16 = &gemm_bf16;
+        ks->quantize_row = &quantize_row;
+        ks->row_amax = &row_amax;
+        ks->quantize_row_amax = &quantize_row_amax;
+        ks->convert_row_bf16 = &convert_row_bf16;
+        ks->swiglu_row = &swiglu_row;
+        ks->axpy_row = &axpy_row;
+        ks->merge_row = &merge_row;
+    }
+
     // The next panel's share of the side arrays (high bits, scales, mins): each is contiguous per panel (packed.h), and
     // the kernel prefetches it while it computes the current panel, as it does the tiles. Without this the hardware
     // prefetcher alone had to follow up to six concurrent streams, and a streaming Q6_K GEMV ran at 60 % of the rate

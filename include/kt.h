@@ -599,6 +599,24 @@ KT_API int32_t kt_get_host_isa(void);
 /* "scalar", "avx2", "avx512", "amx"; NULL for an unknown level. Static storage. */
 KT_API const char *kt_isa_name(int32_t level);
 
+/* Who ran the matrix products: GEMM calls of the expert engine's kernels (expert pools, and the dense layers of
+ * contexts on KT_KERNELS_AUTO) by the instruction set whose code executed them, indexed by KT_ISA_*, with their
+ * multiply-adds (rows x columns x K). A call the AMX kernels do not take by design (fewer than 8 rows, a format
+ * without AMX kernels) counts under KT_ISA_AVX512; a call they were chosen for but failed is computed on AVX-512,
+ * logged, and counted under KT_ISA_AVX512 and in amx_fallbacks, so a fallback never passes silently. */
+typedef struct kt_gemm_counts {
+    uint32_t struct_size;       /* set by the caller: sizeof(kt_gemm_counts) */
+    uint32_t reserved0;
+    uint64_t calls[4];          /* by KT_ISA_*: scalar, avx2, avx512, amx */
+    uint64_t int8_macs[4];      /* int8 activations x integer weight formats */
+    uint64_t bf16_macs[4];      /* bf16 activations x BF16 weights */
+    uint64_t amx_fallbacks;
+} kt_gemm_counts;
+
+/* The counts of every thread of the process since it started. Thread-safe; the counts of calls running meanwhile
+ * may be partly included. */
+KT_API kt_status kt_get_gemm_counts(kt_gemm_counts *out);
+
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Expert pools: the routed experts of one MoE layer, computed on the CPU.                                       */
 /*                                                                                                               */
@@ -751,6 +769,12 @@ typedef struct kt_expert_pool_info {
     const char *kernels;         /* e.g. "avx512-vnni-bf16" */
     const char *weight_formats;  /* e.g. "gate Q4_K, up Q4_K, down Q6_K" */
     const char *description;     /* one line: groups, nodes, threads, shards, memory placement */
+    /* Appended (a caller with the smaller struct_size gets the fields above): this pool's GEMM calls since it
+       was created, as kt_gemm_counts counts them. */
+    uint64_t gemm_calls[4];      /* by KT_ISA_* of the code that ran them */
+    uint64_t gemm_int8_macs[4];
+    uint64_t gemm_bf16_macs[4];
+    uint64_t amx_fallbacks;      /* calls chosen for AMX that failed and ran on AVX-512 (0 unless something broke) */
 } kt_expert_pool_info;
 
 KT_API kt_status kt_expert_pool_get_info(const kt_expert_pool *pool, kt_expert_pool_info *out_info);

@@ -145,6 +145,24 @@ KT_API const char *kt_isa_name(int32_t level) {
     return kt::cpu::isa_level_name(static_cast<kt::cpu::IsaLevel>(level));
 }
 
+static_assert(kt::cpu::kIsaLevels == KT_ISA_AMX + 1, "kt_gemm_counts indexes its arrays by KT_ISA_*");
+
+KT_API kt_status kt_get_gemm_counts(kt_gemm_counts *out) {
+    if (!out || out->struct_size < sizeof(uint32_t) * 2 || out->struct_size > sizeof(kt_gemm_counts))
+        return KT_STATUS_INVALID_ARGUMENT;
+    const kt::cpu::GemmCounts c = kt::cpu::process_gemm_counts();
+    kt_gemm_counts r{};
+    r.struct_size = out->struct_size;
+    for (int l = 0; l < 4; ++l) {
+        r.calls[l] = c.calls[l];
+        r.int8_macs[l] = c.int8_macs[l];
+        r.bf16_macs[l] = c.bf16_macs[l];
+    }
+    r.amx_fallbacks = c.amx_fallbacks;
+    std::memcpy(static_cast<void *>(out), &r, out->struct_size);
+    return KT_STATUS_OK;
+}
+
 // ---- expert pools ----
 
 KT_API void kt_expert_pool_params_init(kt_expert_pool_params *p) {
@@ -306,6 +324,13 @@ KT_API kt_status kt_expert_pool_get_info(const kt_expert_pool *pool, kt_expert_p
         info.kernels = p.info().kernel_set.c_str();
         info.weight_formats = pool->formats.c_str();
         info.description = pool->description.c_str();
+        const kt::cpu::GemmCounts counts = p.gemm_counts();
+        for (int l = 0; l < 4; ++l) {
+            info.gemm_calls[l] = counts.calls[l];
+            info.gemm_int8_macs[l] = counts.int8_macs[l];
+            info.gemm_bf16_macs[l] = counts.bf16_macs[l];
+        }
+        info.amx_fallbacks = counts.amx_fallbacks;
         std::memcpy(static_cast<void *>(out), &info, out->struct_size);
         return Status::ok();
     });

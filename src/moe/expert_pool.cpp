@@ -93,6 +93,7 @@ Status ExpertPool::init(const ExpertPoolConfig &c) {
     cpu::IsaLevel level = cpu::kernel_level();
     if (static_cast<int>(c.max_isa) < static_cast<int>(level)) level = c.max_isa;
     kernels_ = &cpu::best_kernel_set(level);
+    thread_counters_ = std::make_unique<cpu::GemmCounter[]>(static_cast<size_t>(executor_->pool().size()));
     for (int g = 0; g < executor_->groups(); ++g) {
         auto grp = std::make_unique<Group>();
         grp->node = executor_->group(g).node;
@@ -496,6 +497,7 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
     // AMX kernels configure this thread's tiles once per job (the session restores them at the end).
     cpu::amx::TileSession tile_session;
     void *const session = ks.level == cpu::IsaLevel::kAmx ? &tile_session : nullptr;
+    cpu::GemmCounter *const counter = &thread_counters_[static_cast<size_t>(tid)];
     int8_t *xq = sc.xq.as<int8_t>();
     uint16_t *xb = sc.xq.as<uint16_t>();
     float *x_scale = sc.x_scale.as<float>();
@@ -540,6 +542,7 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
                 const int64_t m = std::min(kTokenChunk, s_end - s0);
                 GemmActs acts;
                 acts.tile_session = session;
+                acts.counter = counter;
                 acts.rows = sc.slot_token.data() + s0;
                 if (gate_up_int_) {
                     acts.q = xq;
@@ -630,6 +633,7 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
                     const int64_t m = std::min(kTokenChunk, s_end - s0);
                     GemmActs acts;
                     acts.tile_session = session;
+                    acts.counter = counter;
                     if (down_int_) {
                         acts.q = eg.hq.as<int8_t>() + s0 * dkp;
                         acts.q_ld = dkp;
@@ -672,6 +676,12 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
     }
     mark(4);
     (void)tile_session.end();  // a no-op unless AMX ran on this thread
+}
+
+cpu::GemmCounts ExpertPool::gemm_counts() const {
+    cpu::GemmCounts sum;
+    for (int t = 0; t < executor_->pool().size(); ++t) sum += thread_counters_[static_cast<size_t>(t)].read();
+    return sum;
 }
 
 }  // namespace kt::moe

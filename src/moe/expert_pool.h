@@ -114,6 +114,8 @@ public:
     const PoolInfo &info() const { return info_; }
     const cpu::KernelSet &kernels() const { return *kernels_; }
     const Executor &executor() const { return *executor_; }
+    // This pool's GEMM calls since it was created, by the ISA that ran them (gemm_counters.h).
+    cpu::GemmCounts gemm_counts() const;
 
     // Runs one job; called by the executor's driver thread.
     void execute(Executor &ex, Job &job);
@@ -132,6 +134,7 @@ private:
     ExpertPoolConfig config_;
     std::shared_ptr<Executor> executor_;
     const cpu::KernelSet *kernels_ = nullptr;
+    std::unique_ptr<cpu::GemmCounter[]> thread_counters_;  // one per executor thread, written only by it
     std::vector<std::unique_ptr<Group>> groups_;
     PoolInfo info_;
     bool loaded_ = false;

@@ -1,5 +1,5 @@
-// The expert pool's AMX level. No development machine here has AMX, so the AMX kernels run on the tile machine (the
-// exact bytes the JIT emitted, interpreted; tests/backends/tile_machine); on an AMX machine they also run natively.
+// The expert pool's AMX level, on the tile machine (the exact bytes the JIT emitted, interpreted;
+// tests/backends/tile_machine) on every host, and natively on a host with AMX; the log says which ran.
 // The packed INT8 / INT4 / BF16 buffers are shared with the AVX-512 kernels, so the packers must agree byte for byte,
 // and INT8 / INT4 results must be the same bits at every level.
 #include <catch2/catch.hpp>
@@ -16,7 +16,7 @@
 #include "moe_test_support.h"
 #include "support/quant_test_support.h"
 #include "support/test_support.h"
-#include "tile_machine/tile_machine.h"
+#include "amx/amx_test_util.h"
 
 using namespace kt;
 using namespace kt::test;
@@ -89,13 +89,19 @@ TEST_CASE("amx level: the expert engine's INT8 INT4 and BF16 packing is the AMX 
     check_same_bytes(moe::TargetFormat::kBf16, 0, 50, 66);
 }
 
-TEST_CASE("amx level: pools on the tile machine match the AVX-512 level") {
+// The pool's GEMM calls by the ISA that ran them.
+kt_expert_pool_info pool_info(kt_expert_pool *pool) {
+    kt_expert_pool_info info;
+    info.struct_size = sizeof info;
+    REQUIRE(kt_expert_pool_get_info(pool, &info) == KT_STATUS_OK);
+    return info;
+}
+
+TEST_CASE("amx level: pools on AMX match the AVX-512 level, and count their AMX calls") {
     if (cpu::host_isa_level() < cpu::IsaLevel::kAvx512) {
         WARN("skipped: the AMX kernel set needs an AVX-512 host for the calls AMX does not take");
         return;
     }
-    ScopedTileMachineRunner tile_machine;
-    REQUIRE(cpu::amx::available());
     struct Case {
         int32_t src_type, format, group;
     };
@@ -105,7 +111,6 @@ TEST_CASE("amx level: pools on the tile machine match the AVX-512 level") {
                           {KT_TYPE_BF16, KT_EXPERT_WEIGHTS_AS_SOURCE, 0}};
     const int64_t E = 4, H = 64, I = 64, T = 16;
     for (const Case &c : cases) {
-        INFO("format " << c.format << " group " << c.group);
         const ExpertWeights w = make_experts(c.src_type, c.format, c.group, E, H, I, 61);
         // Every token goes to experts 0 and 1 (and one -1): 16-row GEMMs, enough for the AMX path.
         Routing r;
@@ -117,30 +122,86 @@ TEST_CASE("amx level: pools on the tile machine match the AVX-512 level") {
         }
         const std::vector<float> x = random_normal(static_cast<size_t>(T * H), 62);
 
-        const uint64_t calls_before = cpu::amx_gemm_calls();
-        kt_expert_pool *amx = make_pool(w, c.format, c.group, T, 3);
-        kt_expert_pool_info info;
-        info.struct_size = sizeof info;
-        REQUIRE(kt_expert_pool_get_info(amx, &info) == KT_STATUS_OK);
-        CHECK(info.isa == KT_ISA_AMX);
-        CHECK(std::string(info.kernels) == "amx");
-        const std::vector<float> ya = run_forward(amx, x, r);
-        CHECK(cpu::amx_gemm_calls() > calls_before);  // the AMX kernels really ran
-        kt_expert_pool_free(amx);
-
-        REQUIRE(kt_set_max_isa(KT_ISA_AVX512) == KT_STATUS_OK);  // the tile machine is capped too
+        REQUIRE(kt_set_max_isa(KT_ISA_AVX512) == KT_STATUS_OK);
         kt_expert_pool *avx = make_pool(w, c.format, c.group, T, 3);
         const std::vector<float> yv = run_forward(avx, x, r);
+        CHECK(pool_info(avx).gemm_calls[KT_ISA_AMX] == 0);
         kt_expert_pool_free(avx);
         REQUIRE(kt_set_max_isa(KT_ISA_AMX) == KT_STATUS_OK);
 
-        const bool bf16 = c.format == KT_EXPERT_WEIGHTS_AS_SOURCE;
-        if (bf16) {
-            // TDPBF16PS sums even and odd products separately: not the bits of vdpbf16ps, but within fp32 rounding.
-            CHECK(normalized_error(ya, std::vector<double>(yv.begin(), yv.end())) < 1e-5);
-        } else {
-            CHECK(std::memcmp(ya.data(), yv.data(), sizeof(float) * ya.size()) == 0);
-        }
-        CHECK(normalized_error(ya, emulated_reference(w, x, r, nullptr, bf16)) < kEmulatedBound);
+        for_each_amx_runner([&](const char *runner) {
+            INFO("format " << c.format << " group " << c.group << " on " << runner);
+            kt_expert_pool *amx = make_pool(w, c.format, c.group, T, 3);
+            CHECK(pool_info(amx).isa == KT_ISA_AMX);
+            CHECK(std::string(pool_info(amx).kernels) == "amx");
+            kt_gemm_counts before, after;
+            before.struct_size = after.struct_size = sizeof before;
+            REQUIRE(kt_get_gemm_counts(&before) == KT_STATUS_OK);
+            const std::vector<float> ya = run_forward(amx, x, r);
+            REQUIRE(kt_get_gemm_counts(&after) == KT_STATUS_OK);
+            // Every GEMM of this call has 16 rows: all of them ran on AMX, none fell back.
+            const kt_expert_pool_info info = pool_info(amx);
+            CHECK(info.gemm_calls[KT_ISA_AMX] > 0);
+            CHECK(info.gemm_calls[KT_ISA_AVX512] == 0);
+            CHECK(info.amx_fallbacks == 0);
+            // The process-wide counts saw the same calls (and nothing else ran meanwhile).
+            CHECK(after.calls[KT_ISA_AMX] - before.calls[KT_ISA_AMX] == info.gemm_calls[KT_ISA_AMX]);
+            CHECK(after.amx_fallbacks == before.amx_fallbacks);
+            kt_expert_pool_free(amx);
+
+            const bool bf16 = c.format == KT_EXPERT_WEIGHTS_AS_SOURCE;
+            if (bf16) {
+                // TDPBF16PS sums even and odd products separately: not the bits of vdpbf16ps, but within fp32
+                // rounding.
+                CHECK(normalized_error(ya, std::vector<double>(yv.begin(), yv.end())) < 1e-5);
+                CHECK(info.gemm_bf16_macs[KT_ISA_AMX] > 0);
+            } else {
+                CHECK(std::memcmp(ya.data(), yv.data(), sizeof(float) * ya.size()) == 0);
+                CHECK(info.gemm_int8_macs[KT_ISA_AMX] > 0);
+            }
+            CHECK(normalized_error(ya, emulated_reference(w, x, r, nullptr, bf16)) < kEmulatedBound);
+        });
     }
+}
+
+TEST_CASE("amx level: one-token calls and formats without AMX kernels run on AVX-512 by design, not as fallbacks") {
+    if (cpu::host_isa_level() < cpu::IsaLevel::kAvx512) {
+        WARN("skipped: the AMX kernel set needs an AVX-512 host for the calls AMX does not take");
+        return;
+    }
+    const int64_t E = 4, H = 256, I = 256;
+    for_each_amx_runner([&](const char *runner) {
+        INFO("on " << runner);
+        // INT8 weights, one token: a 1-row GEMM is AVX-512's.
+        const ExpertWeights w8 = make_experts(KT_TYPE_F32, KT_EXPERT_WEIGHTS_INT8, 0, E, H, I, 71);
+        kt_expert_pool *p8 = make_pool(w8, KT_EXPERT_WEIGHTS_INT8, 0, 16, 2);
+        const Routing one = make_routing(1, 2, E, 72);
+        const std::vector<float> x1 = random_normal(static_cast<size_t>(H), 73);
+        const std::vector<float> y1 = run_forward(p8, x1, one);
+        kt_expert_pool_info info = pool_info(p8);
+        CHECK(info.gemm_calls[KT_ISA_AMX] == 0);
+        CHECK(info.gemm_calls[KT_ISA_AVX512] > 0);
+        CHECK(info.amx_fallbacks == 0);
+        CHECK(normalized_error(y1, emulated_reference(w8, x1, one, nullptr, false)) < kEmulatedBound);
+        kt_expert_pool_free(p8);
+
+        // Q4_K kept as stored: no AMX kernel reads it (yet), whatever the token count.
+        const ExpertWeights wq = make_experts(KT_TYPE_Q4_K, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, E, H, I, 74);
+        kt_expert_pool *pq = make_pool(wq, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 16, 2);
+        Routing many;
+        many.tokens = 16;
+        many.top_k = 2;
+        for (int64_t t = 0; t < 16; ++t) {
+            many.ids.insert(many.ids.end(), {0, 1});
+            many.weights.insert(many.weights.end(), {0.5f, 0.5f});
+        }
+        const std::vector<float> x = random_normal(static_cast<size_t>(16 * H), 75);
+        const std::vector<float> y = run_forward(pq, x, many);
+        info = pool_info(pq);
+        CHECK(info.gemm_calls[KT_ISA_AMX] == 0);
+        CHECK(info.gemm_calls[KT_ISA_AVX512] > 0);
+        CHECK(info.amx_fallbacks == 0);
+        CHECK(normalized_error(y, emulated_reference(wq, x, many, nullptr, false)) < kEmulatedBound);
+        kt_expert_pool_free(pq);
+    });
 }

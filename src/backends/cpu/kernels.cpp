@@ -30,6 +30,13 @@ void group_sums_row(const int8_t *q, int64_t k, const QuantSpec &spec, int32_t *
     }
 }
 
+void count_gemm(const GemmActs &a, IsaLevel level, const PackedMatrix &w, int64_t m, int64_t n_begin, int64_t n_end) {
+    const GemmArith arith = w.layout.type == PackedType::kBf16 ? GemmArith::kBf16 : GemmArith::kInt8;
+    const uint64_t macs = static_cast<uint64_t>(m) * static_cast<uint64_t>(n_end - n_begin) * static_cast<uint64_t>(w.layout.k);
+    thread_gemm_counter().count(level, arith, macs);
+    if (a.counter) a.counter->count(level, arith, macs);
+}
+
 namespace {
 
 enum SetIndex { kScalarSet, kAvx2Set, kAvx512Set, kAvx512VnniSet, kAvx512Bf16Set, kAvx512VnniBf16Set, kAmxSet, kSetCount };

@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "backends/cpu/cpu_features.h"
+#include "backends/cpu/gemm_counters.h"
 #include "backends/cpu/packed.h"
 
 namespace kt::cpu {
@@ -55,6 +56,9 @@ struct GemmActs {
     const uint8_t *prefetch_next = nullptr;
     // The calling thread's amx::TileSession for the AMX kernel set (nullptr: each AMX call brackets itself).
     void *tile_session = nullptr;
+    // Counts the call too, besides the calling thread's process-wide counter (gemm_counters.h); written only by
+    // the calling thread (nullptr: none).
+    GemmCounter *counter = nullptr;
 };
 
 struct SwigluParams {
@@ -93,10 +97,16 @@ struct KernelSet {
     void (*merge_row)(const float *const *src, int n_src, int64_t n, void *dst, bool dst_bf16, bool accumulate);
 };
 
-// C = W * A for any format (dispatches on the matrix type).
+// Counts one GEMM call of m rows over columns [n_begin, n_end) of w, computed by code of `level`, in the calling
+// thread's counter and in a.counter.
+void count_gemm(const GemmActs &a, IsaLevel level, const PackedMatrix &w, int64_t m, int64_t n_begin, int64_t n_end);
+
+// C = W * A for any format (dispatches on the matrix type), counted (the AMX set counts its own calls, by the code
+// that ran them).
 inline void gemm(const KernelSet &ks, const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t n_begin,
                  int64_t n_end, float *c, int64_t ldc) {
     (w.layout.type == PackedType::kBf16 ? ks.gemm_bf16 : ks.gemm_int)(w, a, m, n_begin, n_end, c, ldc);
+    if (ks.level != IsaLevel::kAmx) count_gemm(a, ks.level, w, m, n_begin, n_end);
 }
 
 // Kernel sets by capability. Returns nullptr when the host cannot run it.
@@ -114,8 +124,6 @@ IsaLevel kernel_level();
 // as the other levels (the AMX contract's numerics are these kernels'); BF16 differs in the last bits (TDPBF16PS
 // sums even and odd products separately).
 inline constexpr int64_t kAmxMinRows = 8;
-// How many GEMM calls the AMX set has sent to the AMX kernels (tests check that the AMX path really ran).
-uint64_t amx_gemm_calls();
 // The sets this host can run, from scalar up (for tests: every path is exercised, including fallbacks).
 int supported_kernel_sets(const KernelSet **out, int capacity);
 

@@ -13,7 +13,6 @@ namespace kt::cpu {
 namespace {
 
 const KernelSet *g_base = nullptr;  // the AVX-512 set for everything AMX does not take
-std::atomic<uint64_t> g_amx_calls{0};
 
 bool as_amx(const PackedMatrix &w, amx::PackedB *b) {
     const PackedLayout &l = w.layout;
@@ -36,15 +35,28 @@ struct Gathered {
 };
 thread_local Gathered tls_gathered;
 
-void fall_back(const Status &s) {
+const Status kAmxGone(KT_STATUS_UNSUPPORTED, "AMX is no longer available in this process");
+
+// A call AMX does not take, by design: computed and counted as the base set's.
+void on_base(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t n_begin, int64_t n_end, float *c, int64_t ldc) {
+    gemm(*g_base, w, a, m, n_begin, n_end, c, ldc);
+}
+
+// A call whose AMX kernel failed: logged (once per process), counted as a fallback, computed by the base set.
+void fall_back(const Status &s, const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t n_begin, int64_t n_end,
+               float *c, int64_t ldc) {
     static std::atomic<bool> logged{false};
     if (!logged.exchange(true)) KT_LOG_ERROR_MSG("AMX GEMM failed, using AVX-512 instead: %s", s.message().c_str());
+    thread_gemm_counter().count_amx_fallback();
+    if (a.counter) a.counter->count_amx_fallback();
+    on_base(w, a, m, n_begin, n_end, c, ldc);
 }
 
 void gemm_int_amx(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t n_begin, int64_t n_end, float *c,
                   int64_t ldc) {
     amx::PackedB b;
-    if (m < kAmxMinRows || !as_amx(w, &b) || !amx::available()) return g_base->gemm_int(w, a, m, n_begin, n_end, c, ldc);
+    if (m < kAmxMinRows || !as_amx(w, &b)) return on_base(w, a, m, n_begin, n_end, c, ldc);
+    if (!amx::available()) return fall_back(kAmxGone, w, a, m, n_begin, n_end, c, ldc);
     const int8_t *q = a.q;
     const float *scale = a.scale;
     if (a.rows) {
@@ -60,17 +72,15 @@ void gemm_int_amx(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t n
     }
     const Status s = amx::gemm_s8_f32(static_cast<amx::TileSession *>(a.tile_session), b, m, n_begin, n_end, q, a.q_ld,
                                       scale, c, ldc);
-    if (!s.is_ok()) {
-        fall_back(s);
-        return g_base->gemm_int(w, a, m, n_begin, n_end, c, ldc);
-    }
-    g_amx_calls.fetch_add(1, std::memory_order_relaxed);
+    if (!s.is_ok()) return fall_back(s, w, a, m, n_begin, n_end, c, ldc);
+    count_gemm(a, IsaLevel::kAmx, w, m, n_begin, n_end);
 }
 
 void gemm_bf16_amx(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t n_begin, int64_t n_end, float *c,
                    int64_t ldc) {
     amx::PackedB b;
-    if (m < kAmxMinRows || !as_amx(w, &b) || !amx::available()) return g_base->gemm_bf16(w, a, m, n_begin, n_end, c, ldc);
+    if (m < kAmxMinRows || !as_amx(w, &b)) return on_base(w, a, m, n_begin, n_end, c, ldc);
+    if (!amx::available()) return fall_back(kAmxGone, w, a, m, n_begin, n_end, c, ldc);
     const uint16_t *x = a.bf16;
     if (a.rows) {
         Gathered &g = tls_gathered;
@@ -80,16 +90,11 @@ void gemm_bf16_amx(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t 
     }
     const Status s = amx::gemm_bf16_f32(static_cast<amx::TileSession *>(a.tile_session), b, m, n_begin, n_end, x,
                                         a.bf16_ld, c, ldc);
-    if (!s.is_ok()) {
-        fall_back(s);
-        return g_base->gemm_bf16(w, a, m, n_begin, n_end, c, ldc);
-    }
-    g_amx_calls.fetch_add(1, std::memory_order_relaxed);
+    if (!s.is_ok()) return fall_back(s, w, a, m, n_begin, n_end, c, ldc);
+    count_gemm(a, IsaLevel::kAmx, w, m, n_begin, n_end);
 }
 
 }  // namespace
-
-uint64_t amx_gemm_calls() { return g_amx_calls.load(std::memory_order_relaxed); }
 
 namespace detail {
 

@@ -64,12 +64,14 @@ TEST_CASE("amx gemm: INT8 extremes accumulate in int32 without saturation", "[am
     const Packed p = pack(desc, [&](void *dst, size_t size) {
         return pack_b_int8(desc, w.data(), sh.k, scale.data(), dst, size);
     });
-    ScopedTileMachineRunner tile_machine;
-    OutC<int32_t> c(sh.m, sh.n);
-    REQUIRE(gemm_s8_s32(nullptr, p.b, sh.m, 0, sh.n, a.data(), sh.k, c.c.data(), c.ldc).is_ok());
-    for (int64_t i = 0; i < sh.m; ++i)
-        for (int64_t j = 0; j < sh.n; ++j) REQUIRE(c.at(i, j) == (1 << 26));
-    c.check_sentinels();
+    for_each_amx_runner([&](const char *runner) {
+        INFO("on " << runner);
+        OutC<int32_t> c(sh.m, sh.n);
+        REQUIRE(gemm_s8_s32(nullptr, p.b, sh.m, 0, sh.n, a.data(), sh.k, c.c.data(), c.ldc).is_ok());
+        for (int64_t i = 0; i < sh.m; ++i)
+            for (int64_t j = 0; j < sh.n; ++j) REQUIRE(c.at(i, j) == (1 << 26));
+        c.check_sentinels();
+    });
 }
 
 TEST_CASE("amx gemm: bad arguments get a status, never a crash", "[amx]") {

@@ -95,8 +95,22 @@ inline bool host_has_amx() {
     return f.amx_int8 && f.amx_bf16;
 }
 
-// Runs `body(runner_name)` under the tile machine, then natively when the host has AMX; otherwise says (once per
-// test case) that the native half was skipped and why.
+// Says once per test case how its AMX code ran, so the test log shows whether the native half ran on this host.
+inline void announce_amx_runners() {
+    static std::string announced;
+    const std::string test = Catch::getResultCapture().getCurrentTestName();
+    if (test == announced) return;
+    announced = test;
+    if (host_has_amx()) {
+        WARN("AMX code ran on the tile machine and natively on this CPU's AMX");
+    } else {
+        const std::string &why = cpu::host_cpu_features().amx_unusable_reason;
+        WARN("AMX code ran on the tile machine only; the native half was skipped: "
+             << (why.empty() ? "this CPU has no AMX" : why));
+    }
+}
+
+// Runs `body(runner_name)` under the tile machine, then natively when the host has AMX (announce_amx_runners).
 inline void for_each_amx_runner(const std::function<void(const char *)> &body) {
     {
         ScopedTileMachineRunner tile_machine;
@@ -105,10 +119,8 @@ inline void for_each_amx_runner(const std::function<void(const char *)> &body) {
     if (host_has_amx()) {
         REQUIRE(cpu::amx::available());
         body("native AMX");
-    } else {
-        const std::string &why = cpu::host_cpu_features().amx_unusable_reason;
-        WARN("native AMX half skipped: " << (why.empty() ? "this CPU has no AMX" : why));
     }
+    announce_amx_runners();
 }
 
 }  // namespace kt::test

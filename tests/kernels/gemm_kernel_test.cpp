@@ -1,6 +1,9 @@
-// The GEMM kernels of every kernel set this host can run (scalar, AVX2, AVX-512 with and without VNNI / BF16),
-// for every packed format, against a double-precision reference computed from the GGUF reference dequantizer and
-// the activation quantization stated in kernels.h; and across kernel sets, bit for bit.
+// The GEMM kernels of every kernel set this host can run (scalar, AVX2, AVX-512 with and without VNNI / BF16, AMX
+// natively), for every packed format, against a double-precision reference computed from the GGUF reference
+// dequantizer and the activation quantization stated in kernels.h; and each against the reference that states its
+// own operation order, bit for bit: every integer path and every non-AMX float path gives the same bits on every
+// ISA, and a BF16 call AMX ran gives the bits of TDPBF16PS's order as the silicon vectors (shared/testdata/amx)
+// pin it (amx_ref::gemm_bf16_sdm).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -8,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "amx/amx_reference.h"
+#include "tile_machine/tile_machine.h"
 #include "backends/cpu/kernels.h"
 #include "core/fp16.h"
 #include "mem/numa_buffer.h"
@@ -67,9 +72,23 @@ bool is_bf16(const Case &c) {
     return c.target == moe::TargetFormat::kBf16 || (c.target == moe::TargetFormat::kAsSource && c.src_type == KT_TYPE_BF16);
 }
 
-// Runs one GEMM with `ks` over rows [r0, r0 + n) x columns [k0, k0 + k) of a [rows, cols] source.
+// A BF16 GEMM in the order of AMX's TDPBF16PS (amx_reference.h), on the bf16 weights (wref holds bf16 values) and
+// the bf16-rounded activations of rows [r0, r0 + n) x columns [k0, k0 + k).
+std::vector<float> bf16_sdm_reference(const std::vector<double> &wref, int64_t cols, int64_t r0, int64_t n, int64_t k0,
+                                      int64_t k, const std::vector<float> &x, int64_t m) {
+    std::vector<uint16_t> a(static_cast<size_t>(m * k)), w(static_cast<size_t>(n * k));
+    for (size_t i = 0; i < a.size(); ++i) a[i] = f32_to_bf16(x[i]);
+    for (int64_t j = 0; j < n; ++j)
+        for (int64_t kk = 0; kk < k; ++kk)
+            w[static_cast<size_t>(j * k + kk)] = f32_to_bf16(static_cast<float>(wref[static_cast<size_t>((r0 + j) * cols + k0 + kk)]));
+    return test::amx_ref::gemm_bf16_sdm(m, n, k, a.data(), k, w.data(), k);
+}
+
+// Runs one GEMM with `ks` over rows [r0, r0 + n) x columns [k0, k0 + k) of a [rows, cols] source; *ran_on receives
+// the ISA level whose code computed it.
 std::vector<float> run_gemm(const cpu::KernelSet &ks, const Case &c, const moe::MatrixSource &src, int64_t r0, int64_t n,
-                            int64_t k0, int64_t k, const std::vector<float> &x /* [m][k] */, int64_t m) {
+                            int64_t k0, int64_t k, const std::vector<float> &x /* [m][k] */, int64_t m,
+                            cpu::IsaLevel *ran_on) {
     moe::PackSpec spec;
     REQUIRE(moe::pack_spec_for(src, c.target, c.group, &spec).is_ok());
     cpu::PackedLayout layout;
@@ -109,7 +128,14 @@ std::vector<float> run_gemm(const cpu::KernelSet &ks, const Case &c, const moe::
     }
     const int64_t ldc = n + 3;
     std::vector<float> out(static_cast<size_t>(m * ldc), -12345.0f);
+    cpu::GemmCounter counter;
+    a.counter = &counter;
     cpu::gemm(ks, w, a, m, 0, n, out.data(), ldc);
+    const cpu::GemmCounts counts = counter.read();
+    REQUIRE(counts.total_calls() == 1);
+    CHECK(counts.amx_fallbacks == 0);
+    for (int l = 0; l < cpu::kIsaLevels; ++l)
+        if (counts.calls[l]) *ran_on = static_cast<cpu::IsaLevel>(l);
     for (int64_t i = 0; i < m; ++i)
         for (int64_t j = n; j < ldc; ++j) CHECK(out[static_cast<size_t>(i * ldc + j)] == -12345.0f);  // nothing past n_end
     std::vector<float> result(static_cast<size_t>(m * n));
@@ -167,7 +193,16 @@ void check_case(const Case &c, uint64_t seed) {
                 std::vector<float> first;
                 for (const cpu::KernelSet *ks : sets) {
                     INFO("kernel set " << ks->name);
-                    const std::vector<float> y = run_gemm(*ks, c, src, sl.r0, sl.n, sl.k0, sl.k, x, m);
+                    cpu::IsaLevel ran_on = cpu::IsaLevel::kScalar;
+                    const std::vector<float> y = run_gemm(*ks, c, src, sl.r0, sl.n, sl.k0, sl.k, x, m, &ran_on);
+                    INFO("computed by " << cpu::isa_level_name(ran_on) << " code");
+                    // The AMX set takes a call with enough rows whenever AMX has a kernel for the format.
+                    if (ks->level == cpu::IsaLevel::kAmx) {
+                        const bool amx_format = c.target != moe::TargetFormat::kAsSource || is_bf16(c);
+                        CHECK((ran_on == cpu::IsaLevel::kAmx) == (m >= cpu::kAmxMinRows && amx_format));
+                    } else {
+                        CHECK(ran_on == ks->level);
+                    }
                     int64_t bad = 0;
                     double worst = 0;
                     for (size_t e = 0; e < y.size(); ++e) {
@@ -179,7 +214,11 @@ void check_case(const Case &c, uint64_t seed) {
                     }
                     INFO("worst error / bound = " << worst);
                     CHECK(bad == 0);
-                    if (first.empty()) {
+                    if (ran_on == cpu::IsaLevel::kAmx && is_bf16(c)) {
+                        // TDPBF16PS's order, not VDPBF16PS's: the bits of the silicon-order model.
+                        const std::vector<float> sdm = bf16_sdm_reference(wref, cols, sl.r0, sl.n, sl.k0, sl.k, x, m);
+                        CHECK(std::memcmp(sdm.data(), y.data(), sizeof(float) * y.size()) == 0);
+                    } else if (first.empty()) {
                         first = y;
                     } else {
                         CHECK(std::memcmp(first.data(), y.data(), sizeof(float) * y.size()) == 0);  // same bits on every ISA
@@ -233,4 +272,20 @@ TEST_CASE("gemm kernels: other GGUF types converted to INT8 and BF16") {
     check_case({KT_TYPE_Q4_K, moe::TargetFormat::kInt8, 0, {256}}, 61);
     check_case({KT_TYPE_Q3_K, moe::TargetFormat::kBf16, 0, {256}}, 62);
     check_case({KT_TYPE_Q5_0, moe::TargetFormat::kInt4, 32, {64}}, 63);
+}
+
+TEST_CASE("gemm kernels: the AMX set on the tile machine", "[amx]") {
+    if (cpu::host_isa_level() < cpu::IsaLevel::kAvx512) {
+        WARN("skipped: the AMX kernel set needs an AVX-512 host for the calls AMX does not take");
+        return;
+    }
+    // Natively, the cases above ran the AMX set already where the host has AMX; here the same set runs its
+    // generated code on the tile machine on any AVX-512 host.
+    test::ScopedTileMachineRunner tile_machine;
+    const uint64_t executed_before = test::thread_tile_machine().instructions;
+    check_case({KT_TYPE_F32, moe::TargetFormat::kInt8, 0, {64, 100}}, 71);
+    check_case({KT_TYPE_F32, moe::TargetFormat::kInt4, 32, {96}}, 72);
+    check_case({KT_TYPE_F32, moe::TargetFormat::kBf16, 0, {33}}, 73);
+    check_case({KT_TYPE_BF16, moe::TargetFormat::kAsSource, 0, {64}}, 74);
+    CHECK(test::thread_tile_machine().instructions > executed_before);  // the AMX calls ran on the tile machine
 }

@@ -569,10 +569,15 @@ typedef struct kt_roofline {
     double int8_ops_per_s;      /* best of independent int8 dot instructions on every thread; 2 ops per
                                    multiply-add */
     char int8_isa[16];          /* the instruction measured: "avx512-vnni", "avx512", "avx-vnni", "avx2" or
-                                   "scalar" (AMX tiles are not measured) */
+                                   "scalar" (the AMX peaks are below) */
     double bf16_flops_per_s;    /* the same for the BF16 kernels' instruction: 2 flops per multiply-add */
     char bf16_isa[16];          /* "avx512-bf16" (vdpbf16ps), else the fp32 FMA used instead: "avx512-fma",
                                    "avx2-fma" or "scalar" */
+    /* Appended (a caller with the smaller struct_size gets the fields above): the AMX tile peaks, measured with
+       four independent TMULs per round on register tiles on every thread, when AMX runs natively at the level
+       kt_set_max_isa allows; 0 otherwise. */
+    double amx_int8_ops_per_s;  /* TDPBSSD, 2 ops per multiply-add */
+    double amx_bf16_flops_per_s;  /* TDPBF16PS, 2 flops per multiply-add */
 } kt_roofline;
 
 /* Measures the roofline with n_threads (0: one per physical core, pinned as contexts pin theirs). buffer_bytes:

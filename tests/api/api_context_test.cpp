@@ -511,9 +511,27 @@ TEST_CASE("kt_measure_roofline measures bandwidth and both peaks, and rejects ba
     CHECK_FALSE(int8_isa.empty());
     CHECK_FALSE(bf16_isa.empty());
 
+    // The AMX peaks: measured exactly when AMX runs natively; TDPBSSD does several times what AVX-512 VNNI does.
+    if (kt_get_isa() == KT_ISA_AMX) {
+        CHECK(r.amx_int8_ops_per_s > 2 * r.int8_ops_per_s);
+        CHECK(r.amx_bf16_flops_per_s > 2 * r.bf16_flops_per_s);
+    } else {
+        CHECK(r.amx_int8_ops_per_s == 0);
+        CHECK(r.amx_bf16_flops_per_s == 0);
+    }
+
     CHECK(kt_measure_roofline(1, 16u << 20, nullptr) == KT_STATUS_INVALID_ARGUMENT);
+    // A caller built before the AMX fields: its struct is filled up to its own size, nothing past it.
+    kt_roofline old_caller;
+    std::memset(&old_caller, 0xA5, sizeof old_caller);
+    old_caller.struct_size = offsetof(kt_roofline, amx_int8_ops_per_s);
+    REQUIRE(kt_measure_roofline(1, 16u << 20, &old_caller) == KT_STATUS_OK);
+    CHECK(old_caller.read_bytes_per_s > 1e8);
+    uint64_t untouched;
+    std::memcpy(&untouched, &old_caller.amx_int8_ops_per_s, 8);
+    CHECK(untouched == 0xA5A5A5A5A5A5A5A5ull);
     kt_roofline small = r;
-    small.struct_size = sizeof small - 8;
+    small.struct_size = sizeof small - 4;  // ends inside a field
     CHECK(kt_measure_roofline(1, 16u << 20, &small) == KT_STATUS_INVALID_ARGUMENT);
     CHECK(kt_measure_roofline(-1, 16u << 20, &r) == KT_STATUS_INVALID_ARGUMENT);
     CHECK(kt_measure_roofline(1, 16, &r) != KT_STATUS_OK);  // too small for even one 4 KiB slice

@@ -4,8 +4,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
+#include "backends/cpu/amx/amx_gemm.h"
+#include "backends/cpu/amx/amx_probe.h"
 #include "backends/cpu/cpu_features.h"
 #include "mem/numa_buffer.h"
 
@@ -148,6 +151,28 @@ Status measure_roofline(ThreadPool &pool, uint64_t buffer_bytes, Roofline *out) 
     r.int8_ops_per_s = ops_per_s;
     KT_TRY(peak_ops_per_s(probes.bf16_dots, probes.bf16_macs_per_iteration));
     r.bf16_flops_per_s = ops_per_s;
+    if (amx::runs_natively()) {
+        // The probe reports its status per call; the first failure of any thread ends the measurement.
+        std::mutex failure_mutex;
+        Status failure;
+        auto tmul = [&](amx::TmulArith arith) {
+            return [&, arith](int64_t rounds) {
+                double result = 0;
+                const Status s = amx::tmul_peak_probe(arith, rounds, &result);
+                if (!s.is_ok()) {
+                    std::lock_guard<std::mutex> lock(failure_mutex);
+                    if (failure.is_ok()) failure = s;
+                }
+                return result;
+            };
+        };
+        KT_TRY(peak_ops_per_s(tmul(amx::TmulArith::kInt8), amx::kProbeMacsPerRoundInt8));
+        KT_TRY(failure);
+        r.amx_int8_ops_per_s = ops_per_s;
+        KT_TRY(peak_ops_per_s(tmul(amx::TmulArith::kBf16), amx::kProbeMacsPerRoundBf16));
+        KT_TRY(failure);
+        r.amx_bf16_flops_per_s = ops_per_s;
+    }
     std::atomic_signal_fence(std::memory_order_seq_cst);
     volatile double keep = 0;
     for (double v : sink) keep = keep + v;  // the probes' results must look used

@@ -21,6 +21,9 @@ struct Roofline {
     double bf16_flops_per_s = 0.0;  // 2 per multiply-add of the BF16 kernels' instruction, best of the repetitions
     std::string bf16_isa;           // "avx512-bf16" (vdpbf16ps), else the fp32 FMA the kernels use instead:
                                     // "avx512-fma", "avx2-fma", "scalar"
+    // The AMX TMUL peaks (amx_probe.h), measured when AMX code runs natively at the active ISA level; else 0.
+    double amx_int8_ops_per_s = 0.0;    // TDPBSSD, 2 ops per multiply-add
+    double amx_bf16_flops_per_s = 0.0;  // TDPBF16PS, 2 flops per multiply-add
 };
 
 // buffer_bytes: the bandwidth buffer (rounded down to a multiple of 4 KiB per thread); use several times the

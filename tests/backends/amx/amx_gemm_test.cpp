@@ -9,6 +9,7 @@
 #include "amx/amx_checks.h"
 #include "amx/amx_test_util.h"
 #include "backends/cpu/amx/amx_pack_layout.h"
+#include "backends/cpu/amx/amx_probe.h"
 
 using namespace kt;
 using namespace kt::cpu::amx;
@@ -126,6 +127,32 @@ TEST_CASE("amx gemm: bad arguments get a status, never a crash", "[amx]") {
     CHECK(s32(8, 0, 40, a.data(), 64, c.data(), 40) == KT_STATUS_UNSUPPORTED);
     cpu::set_max_isa_level(cpu::IsaLevel::kAmx);
     CHECK(available());
+}
+
+TEST_CASE("amx roofline probe: its TMUL loop runs every round of both instructions", "[amx]") {
+    // The probe's inputs (amx_probe_kernel.cpp): int8 tiles A0 A1 B0 B1 filled with 1 + (byte index % 7) over the
+    // 4 KiB of all four, bf16 tiles all 2^-8. Its result is the sum of the four accumulators tmm0 = A0 B0,
+    // tmm1 = A0 B1, tmm2 = A1 B0, tmm3 = A1 B1 after `rounds` TMULs each.
+    auto byte = [](int tile, int row, int col) { return 1 + (tile * 1024 + row * 64 + col) % 7; };
+    int64_t int8_round = 0;
+    const int pairs[4][2] = {{0, 2}, {0, 3}, {1, 2}, {1, 3}};
+    for (const auto &pr : pairs)
+        for (int r = 0; r < 16; ++r)
+            for (int n = 0; n < 16; ++n)
+                for (int k = 0; k < 64; ++k) int8_round += int64_t{byte(pr[0], r, k)} * byte(pr[1], k / 4, 4 * n + k % 4);
+    for_each_amx_runner([&](const char *runner) {
+        INFO("on " << runner);
+        for (int64_t rounds : {1, 3}) {
+            double result = 0;
+            REQUIRE(tmul_peak_probe(TmulArith::kInt8, rounds, &result).is_ok());
+            CHECK(result == static_cast<double>(rounds * int8_round));
+            // bf16: each output gains 32 products of 2^-16 per round; 1024 outputs.
+            REQUIRE(tmul_peak_probe(TmulArith::kBf16, rounds, &result).is_ok());
+            CHECK(result == 0.5 * static_cast<double>(rounds));
+        }
+        double unused = 0;
+        CHECK(tmul_peak_probe(TmulArith::kInt8, 0, &unused).code() == KT_STATUS_INVALID_ARGUMENT);
+    });
 }
 
 TEST_CASE("amx packing: the bytes sit where amx_gemm.h says, and bad input is refused", "[amx]") {

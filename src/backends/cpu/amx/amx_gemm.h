@@ -215,6 +215,9 @@ Status gemm_bf16_f32(TileSession *session, const PackedB &b, int64_t m, int64_t 
 // True when AMX kernels may run in this process: natively when kt::cpu::active_isa_level() is kAmx, or through an
 // installed CodeRunner when kt::cpu::max_isa_level() allows kAmx.
 bool available();
+// True when AMX code runs on this CPU itself: available() with no CodeRunner installed (what a measurement of
+// speed needs).
+bool runs_natively();
 
 // Runs generated code (every kt AMX function takes one pointer argument, `params`) and reports a fault as a
 // Status. The tile machine implements this; the default calls the code natively.

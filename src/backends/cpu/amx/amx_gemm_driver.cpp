@@ -20,12 +20,16 @@ namespace {
 std::atomic<CodeRunner> g_runner{nullptr};
 std::atomic<void *> g_runner_user{nullptr};
 
+}  // namespace
+
 Status run_code(const jit::JitCode &code, const void *params) {
     if (CodeRunner runner = g_runner.load(std::memory_order_acquire))
         return runner(code, params, g_runner_user.load(std::memory_order_acquire));
     code.entry<void (*)(const void *)>()(params);
     return Status::ok();
 }
+
+namespace {
 
 Status run_stub(TileStub which, const void *config) {
     const jit::JitCode *stub = nullptr;
@@ -199,6 +203,8 @@ bool available() {
     if (g_runner.load(std::memory_order_acquire)) return max_isa_level() >= IsaLevel::kAmx;
     return active_isa_level() == IsaLevel::kAmx;
 }
+
+bool runs_natively() { return !g_runner.load(std::memory_order_acquire) && active_isa_level() == IsaLevel::kAmx; }
 
 void set_code_runner(CodeRunner runner, void *user) {
     g_runner_user.store(user, std::memory_order_release);

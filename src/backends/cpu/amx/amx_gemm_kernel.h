@@ -61,6 +61,9 @@ std::string gemm_kernel_name(const GemmKernelDesc &desc);
 // descriptor; INTERNAL when generation fails (including the semantic lint).
 Status gemm_kernel(const GemmKernelDesc &desc, const jit::JitCode **out);
 
+// Runs generated AMX code (one pointer argument) where AMX code runs: natively, or on the installed CodeRunner.
+Status run_code(const jit::JitCode &code, const void *params);
+
 // Generates a new kernel outside the cache (golden listings, tests).
 Status generate_gemm_kernel(const GemmKernelDesc &desc, std::unique_ptr<jit::JitCode> *out);
 

@@ -11,10 +11,14 @@
 //   gbytes_per_s   packed bytes of the experts the call touched / time (1e9 bytes)
 //   gops_per_s     2 * 3 * hidden * intermediate * (token, expert) pairs / time (1e9)
 //   bw_fraction    gbytes_per_s / the measured read bandwidth
-//   peak_fraction  gops_per_s / the measured int8 dot peak (bf16 peak for BF16)
-//   attainable_fraction  gops_per_s / min(peak, read bandwidth x operations per weight byte of this call): the
-//                  roofline bound for this arithmetic intensity. Prefill with few tokens per expert can be
-//                  bandwidth bound even on a compute peak target (DeepSeek: 16 tokens per expert at 512 tokens).
+//   peak_fraction  gops_per_s / the peak of the instructions that ran the call: the pool counts its GEMM
+//                  multiply-adds by the ISA whose code ran them (AMX tiles, AVX-512 VNNI / BF16, ...), and the
+//                  peak is total ops / the sum over ISAs of (that ISA's ops / its measured peak)
+//   attainable_fraction ("of roof")  the time bound max(bytes / read bandwidth, sum of ops / peak per ISA) of
+//                  this call over its measured time. Prefill with few tokens per expert can be bandwidth bound even
+//                  on a compute peak target (DeepSeek: 16 tokens per expert at 512 tokens).
+//   ran_on         the share of multiply-adds per ISA ("amx 100%", "avx512 12% amx 88%") and AMX fallbacks
+// A format whose one layer does not fit the memory budget (--max-gib) is skipped with a message.
 #include <sched.h>
 #include <time.h>
 #include <unistd.h>
@@ -140,7 +144,56 @@ Options parse(int argc, char **argv) {
 struct Roof {
     double read_gbs, int8_gops, bf16_gflops;
     std::string int8_isa, bf16_isa;
+    double amx_int8_gops, amx_bf16_gflops;  // 0 when AMX does not run natively
+
+    // The peak (GOP/s) of the instructions `level` runs for int8 or bf16 arithmetic.
+    double peak(int level, bool bf16) const {
+        if (level == KT_ISA_AMX) return bf16 ? amx_bf16_gflops : amx_int8_gops;
+        return bf16 ? bf16_gflops : int8_gops;
+    }
 };
+
+// A pool's GEMM counts between two readings of kt_expert_pool_info.
+struct Counts {
+    double int8_macs[4] = {}, bf16_macs[4] = {};
+    uint64_t fallbacks = 0;
+};
+
+Counts counts_between(const kt_expert_pool_info &before, const kt_expert_pool_info &after) {
+    Counts c;
+    for (int l = 0; l < 4; ++l) {
+        c.int8_macs[l] = static_cast<double>(after.gemm_int8_macs[l] - before.gemm_int8_macs[l]);
+        c.bf16_macs[l] = static_cast<double>(after.gemm_bf16_macs[l] - before.gemm_bf16_macs[l]);
+    }
+    c.fallbacks = after.amx_fallbacks - before.amx_fallbacks;
+    return c;
+}
+
+// Seconds per operation at the peaks of the ISAs that ran the counted work (0 when nothing was counted or a peak
+// is unknown), and the share of the work per ISA as text.
+double seconds_per_op(const Counts &c, const Roof &roof, std::string *ran_on) {
+    double macs = 0, seconds = 0;
+    for (int l = 0; l < 4; ++l) macs += c.int8_macs[l] + c.bf16_macs[l];
+    ran_on->clear();
+    if (macs <= 0) return 0;
+    bool unknown_peak = false;
+    for (int l = 0; l < 4; ++l) {
+        const double share = (c.int8_macs[l] + c.bf16_macs[l]) / macs;
+        if (share <= 0) continue;
+        char part[32];
+        std::snprintf(part, sizeof part, "%s%s %.0f%%", ran_on->empty() ? "" : " ", kt_isa_name(l), 100 * share);
+        *ran_on += part;
+        for (int bf16 = 0; bf16 < 2; ++bf16) {
+            const double m = bf16 ? c.bf16_macs[l] : c.int8_macs[l];
+            if (m <= 0) continue;
+            const double peak = roof.peak(l, bf16);
+            if (peak <= 0) unknown_peak = true;
+            else seconds += 2.0 * m / (peak * 1e9);
+        }
+    }
+    if (c.fallbacks) *ran_on += " (" + std::to_string(c.fallbacks) + " AMX fallbacks)";
+    return unknown_peak ? 0 : seconds / (2.0 * macs);
+}
 
 struct Format {
     const char *name;
@@ -198,6 +251,21 @@ void fill_random(int32_t type, uint8_t *p, size_t bytes, Rng &rng) {
             default: std::memcpy(b, &d, 2); break;  // Q4_0, Q8_0, IQ4_XS: d first
         }
     }
+}
+
+// Packed bytes of one layer (E experts x gate, up, down), estimated before loading it: the format's bytes per
+// weight with its scales (panel padding ignored).
+double layer_bytes_estimate(const Options &o, const Format &fmt) {
+    const double weights = 3.0 * static_cast<double>(o.experts) * static_cast<double>(o.hidden) * static_cast<double>(o.inter);
+    double per_weight;
+    switch (fmt.weight_format) {
+        case KT_EXPERT_WEIGHTS_INT8: per_weight = 1.0 + 4.0 / static_cast<double>(std::min(o.hidden, o.inter)); break;
+        case KT_EXPERT_WEIGHTS_INT4: per_weight = 0.5 + 4.0 / o.int4_group; break;
+        default:
+            per_weight = static_cast<double>(kt_type_block_bytes(fmt.source_type)) /
+                         static_cast<double>(kt_type_block_size(fmt.source_type));
+    }
+    return weights * per_weight;
 }
 
 // ---- machine ---------------------------------------------------------------------------------------------------
@@ -286,7 +354,8 @@ int main(int argc, char **argv) {
         const kt::Status status = kt::cpu::measure_roofline(*tp, o.roofline_bytes, &r);
         sched_setaffinity(0, sizeof saved, &saved);
         if (!status.is_ok()) std::fprintf(stderr, "kt-expert-bench: roofline: %s\n", status.message().c_str());
-        return Roof{r.read_bytes_per_s / 1e9, r.int8_ops_per_s / 1e9, r.bf16_flops_per_s / 1e9, r.int8_isa, r.bf16_isa};
+        return Roof{r.read_bytes_per_s / 1e9, r.int8_ops_per_s / 1e9, r.bf16_flops_per_s / 1e9, r.int8_isa, r.bf16_isa,
+                    r.amx_int8_ops_per_s / 1e9, r.amx_bf16_flops_per_s / 1e9};
     };
     Roof roof = measure();
 
@@ -297,22 +366,32 @@ int main(int argc, char **argv) {
                 cf.brand.empty() ? cf.vendor.c_str() : cf.brand.c_str(), threads, ks.name,
                 static_cast<double>(mem_total_bytes()) / (1ull << 30), topo->describe().c_str());
     std::printf("# load average before: %s\n", load.c_str());
-    std::printf("# roofline (same threads): read %.1f GB/s over %zu MiB; int8 %.0f GOP/s (%s); bf16 %.0f GFLOP/s (%s)\n",
+    std::printf("# roofline (same threads): read %.1f GB/s over %zu MiB; int8 %.0f GOP/s (%s); bf16 %.0f GFLOP/s (%s); "
+                "AMX int8 %.0f GOP/s, bf16 %.0f GFLOP/s\n",
                 roof.read_gbs, o.roofline_bytes >> 20, roof.int8_gops, roof.int8_isa.c_str(), roof.bf16_gflops,
-                roof.bf16_isa.c_str());
+                roof.bf16_isa.c_str(), roof.amx_int8_gops, roof.amx_bf16_gflops);
     std::printf("# shape: %lld experts, top-%d, hidden %lld, intermediate %lld; median of %d calls after %d warm-up\n",
                 static_cast<long long>(o.experts), o.top_k, static_cast<long long>(o.hidden),
                 static_cast<long long>(o.inter), o.reps, o.warmup);
     if (o.csv)
         std::printf("format,isa,experts,top_k,hidden,intermediate,tokens,threads,tokens_per_s,gbytes_per_s,gops_per_s,"
                     "bw_fraction,peak_fraction,kernels,ms_per_call,ms_best,unique_experts,layers,read_gbs,int8_peak_gops,"
-                    "bf16_peak_gflops,attainable_gops,attainable_fraction,weight_formats\n");
+                    "bf16_peak_gflops,attainable_gops,attainable_fraction,weight_formats,amx_int8_peak_gops,"
+                    "amx_bf16_peak_gflops,ran_on\n");
     else
-        std::printf("%-7s %6s %8s %10s %9s %9s %7s %7s %7s %9s %8s\n", "format", "tokens", "ms/call", "tokens/s", "GB/s",
-                    "GOP/s", "of BW", "of peak", "of roof", "experts", "layers");
+        std::printf("%-7s %6s %8s %10s %9s %9s %7s %7s %7s %9s %8s  %s\n", "format", "tokens", "ms/call", "tokens/s",
+                    "GB/s", "GOP/s", "of BW", "of peak", "of roof", "experts", "layers", "ran on");
     std::fflush(stdout);
 
     const int64_t max_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());
+    // The weight budget, never more than 80 % of this machine's memory.
+    double max_gib = o.max_gib;
+    const double machine_gib = static_cast<double>(mem_total_bytes()) / (1ull << 30);
+    if (machine_gib > 0 && max_gib > 0.8 * machine_gib) {
+        max_gib = 0.8 * machine_gib;
+        std::fprintf(stderr, "kt-expert-bench: --max-gib %.1f is more than 80 %% of this machine's %.1f GiB; using %.1f\n",
+                     o.max_gib, machine_gib, max_gib);
+    }
     bool first_case = true;
     for (const std::string &fname : o.formats) {
         const Format &fmt = *find_format(fname);
@@ -320,6 +399,21 @@ int main(int argc, char **argv) {
         if (o.hidden % st->block_size || o.inter % st->block_size) {
             std::fprintf(stderr, "kt-expert-bench: %s needs hidden and intermediate multiples of %lld; skipped\n",
                          fmt.name, static_cast<long long>(st->block_size));
+            continue;
+        }
+        // The budget: one layer must fit beside the staging buffers, or the format is skipped (a case that does
+        // not fit must never push the machine into swapping or the OOM killer).
+        const double staging_gib = 3.0 * std::min<int64_t>(8, o.experts) * static_cast<double>(o.hidden * o.inter) *
+                                   static_cast<double>(kt_type_block_bytes(fmt.source_type)) /
+                                   static_cast<double>(kt_type_block_size(fmt.source_type)) / (1ull << 30);
+        const double layer_gib = layer_bytes_estimate(o, fmt) / (1ull << 30);
+        if (layer_gib + staging_gib > max_gib) {
+            std::fprintf(stderr,
+                         "kt-expert-bench: %s: one layer needs about %.1f GiB packed plus %.1f GiB of staging, more "
+                         "than the budget of %.1f GiB (--max-gib); skipped\n",
+                         fmt.name, layer_gib, staging_gib, max_gib);
+            std::printf("# %s skipped: one layer (%.1f GiB) does not fit the memory budget of %.1f GiB\n", fmt.name,
+                        layer_gib, max_gib);
             continue;
         }
         kt_expert_pool_params p;
@@ -369,8 +463,13 @@ int main(int argc, char **argv) {
             pools.push_back(pool);
             const double total_gib = static_cast<double>(info.weight_bytes) * static_cast<double>(pools.size()) / (1ull << 30);
             const double next_gib = total_gib + static_cast<double>(info.weight_bytes) / (1ull << 30);
-            if (o.layers == 0 && (total_gib >= 1.0 || next_gib > o.max_gib)) break;
-            if (next_gib > o.max_gib) break;
+            if (o.layers == 0 && total_gib >= 1.0) break;
+            if (next_gib + staging_gib > max_gib) {
+                if (o.layers > 0)
+                    std::fprintf(stderr, "kt-expert-bench: %s: %zu of %d layers fit the memory budget of %.1f GiB\n",
+                                 fmt.name, pools.size(), o.layers, max_gib);
+                break;
+            }
         }
         std::fprintf(stderr,
                      "# %s: %zu layer(s) of %.2f GiB packed (%s), loaded at %.0f MB/s of packed weights, %ld MiB in "
@@ -396,7 +495,18 @@ int main(int argc, char **argv) {
             std::vector<double> times;
             std::vector<int64_t> uniques;
             std::vector<int32_t> perm(static_cast<size_t>(o.experts));
+            // The pools' GEMM counts over the timed calls: which ISA ran them.
+            auto snapshot = [&pools]() {
+                std::vector<kt_expert_pool_info> infos(pools.size());
+                for (size_t i = 0; i < pools.size(); ++i) {
+                    infos[i].struct_size = sizeof infos[i];
+                    kt_expert_pool_get_info(pools[i], &infos[i]);
+                }
+                return infos;
+            };
+            std::vector<kt_expert_pool_info> counted_from;
             for (int rep = 0; rep < o.warmup + o.reps; ++rep) {
+                if (rep == o.warmup) counted_from = snapshot();
                 // Uniform routing: top-k distinct experts per token.
                 std::vector<uint8_t> used(static_cast<size_t>(o.experts), 0);
                 for (int64_t t = 0; t < T; ++t) {
@@ -440,25 +550,37 @@ int main(int argc, char **argv) {
                                  static_cast<double>(T * o.hidden) * 8.0;  // + fp32 input and output
             const double ops = 6.0 * static_cast<double>(o.hidden) * static_cast<double>(o.inter) *
                                static_cast<double>(T) * o.top_k;
+            const std::vector<kt_expert_pool_info> counted_to = snapshot();
+            Counts counts;
+            for (size_t i = 0; i < pools.size(); ++i) {
+                const Counts c = counts_between(counted_from[i], counted_to[i]);
+                for (int l = 0; l < 4; ++l) {
+                    counts.int8_macs[l] += c.int8_macs[l];
+                    counts.bf16_macs[l] += c.bf16_macs[l];
+                }
+                counts.fallbacks += c.fallbacks;
+            }
+            std::string ran_on;
+            const double s_per_op = seconds_per_op(counts, roof, &ran_on);
             const double gbs = bytes / med / 1e9, gops = ops / med / 1e9;
-            const double peak = fmt.weight_format == KT_EXPERT_WEIGHTS_AS_SOURCE && fmt.source_type == KT_TYPE_BF16
-                                    ? roof.bf16_gflops
-                                    : roof.int8_gops;
+            const double peak = s_per_op > 0 ? 1e-9 / s_per_op : 0;  // GOP/s of the ISAs that ran the call
             const double bw_frac = roof.read_gbs > 0 ? gbs / roof.read_gbs : 0, peak_frac = peak > 0 ? gops / peak : 0;
-            const double attainable = std::min(peak, roof.read_gbs * ops / bytes);  // GOP/s
-            const double att_frac = attainable > 0 ? gops / attainable : 0;
+            const double bound_s = std::max(roof.read_gbs > 0 ? bytes / (roof.read_gbs * 1e9) : 0.0, ops * s_per_op);
+            const double attainable = bound_s > 0 ? ops / bound_s / 1e9 : 0;  // GOP/s
+            const double att_frac = bound_s > 0 ? bound_s / med : 0;
             if (o.csv)
                 std::printf("%s,%s,%lld,%d,%lld,%lld,%lld,%d,%.2f,%.2f,%.1f,%.3f,%.3f,%s,%.3f,%.3f,%.1f,%zu,%.1f,%.0f,%.0f,"
-                            "%.0f,%.3f,\"%s\"\n",
+                            "%.0f,%.3f,\"%s\",%.0f,%.0f,\"%s\"\n",
                             fmt.name, kt_isa_name(info.isa), static_cast<long long>(o.experts), o.top_k,
                             static_cast<long long>(o.hidden), static_cast<long long>(o.inter), static_cast<long long>(T),
                             threads, static_cast<double>(T) / med, gbs, gops, bw_frac, peak_frac, info.kernels,
                             med * 1e3, best * 1e3, mean_unique, pools.size(), roof.read_gbs, roof.int8_gops,
-                            roof.bf16_gflops, attainable, att_frac, info.weight_formats);
+                            roof.bf16_gflops, attainable, att_frac, info.weight_formats, roof.amx_int8_gops,
+                            roof.amx_bf16_gflops, ran_on.c_str());
             else
-                std::printf("%-7s %6lld %8.3f %10.1f %9.2f %9.1f %6.1f%% %6.1f%% %6.1f%% %9.1f %8zu\n", fmt.name,
+                std::printf("%-7s %6lld %8.3f %10.1f %9.2f %9.1f %6.1f%% %6.1f%% %6.1f%% %9.1f %8zu  %s\n", fmt.name,
                             static_cast<long long>(T), med * 1e3, static_cast<double>(T) / med, gbs, gops, 100 * bw_frac,
-                            100 * peak_frac, 100 * att_frac, mean_unique, pools.size());
+                            100 * peak_frac, 100 * att_frac, mean_unique, pools.size(), ran_on.c_str());
             std::fflush(stdout);
         }
         for (kt_expert_pool *pool : pools) kt_expert_pool_free(pool);

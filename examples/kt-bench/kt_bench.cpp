@@ -8,12 +8,20 @@
 // logits; tgN decodes N random tokens one at a time. The result is the mean ± sample standard deviation of the
 // repetitions' tokens/s.
 //
-// Roofline (measured just before each test, with the same threads): memory read bandwidth and the int8
-// dot-product peak (kt_measure_roofline); the 1-minute load average before and after each test is printed too. tgN's bound is bandwidth ÷ bytes read per token (every weight of
-// the attention blocks, router, dense and shared FFNs and the output head, the routed experts' share k/X of the
-// expert tensors, one embedding row, and the KV cache at the test's mean depth); ppN's bound is int8 peak ÷ 2 ×
-// multiply-adds per token through the attention projections, router, dense/shared FFNs and the k routed experts
-// (the head runs once per batch and is not counted). Each result is also given as a fraction of its bound.
+// Roofline (measured just before each test, with the same threads): memory read bandwidth, the int8 and bf16
+// dot-product peaks of AVX-512 / AVX2 and, where AMX runs natively, of the AMX tiles (kt_measure_roofline); the
+// 1-minute load average before and after each test is printed too. Each result is given as a fraction of the time
+// bound of its test, summed over its prompt and its generation, each max(bytes / bandwidth, ops / peak):
+//   bytes  tg: per token, every weight of the attention blocks, router, dense and shared FFNs and the output head,
+//          the routed experts' share k/X of the expert tensors, one embedding row, and the KV cache at the test's
+//          mean depth; pp: per batch of -ub tokens, the non-expert weights and the expected share of the experts
+//          that batch touches, 1 - (1 - k/X)^ub, with uniform routing
+//   ops    the GEMM multiply-adds kt counted while the test ran (kt_get_gemm_counts), by the ISA whose code ran
+//          them and by arithmetic, each over that ISA's measured peak: prefill that ran on AMX tiles is held
+//          against the AMX peak, the rest against AVX-512's. Attention over the cache is not counted. With the
+//          reference kernels nothing is counted and ppN's ops are the model's multiply-adds per token through the
+//          projections, router, dense/shared FFNs and the k routed experts, over the int8 peak.
+// "ran on" gives each test's share of multiply-adds per ISA and any AMX fallbacks.
 // A second table splits the time by part of the layer (kt_context_perf).
 #include <algorithm>
 #include <cerrno>
@@ -83,6 +91,8 @@ struct ModelInfo {
     uint64_t bytes = 0, params = 0;
     int64_t n_vocab = 0, n_layer = 0, n_head_kv = 0, head_dim_k = 0, head_dim_v = 0;
     double bytes_per_token = 0;  // weights read by one decode step (KV cache excluded)
+    double expert_bytes = 0;     // all routed-expert tensors
+    int64_t n_expert = 0, n_used = 0;
     double macs_per_token = 0;   // multiply-adds per prefill token through projections, router and experts
     int32_t bos = -1;
 };
@@ -131,6 +141,8 @@ ModelInfo describe(kt_model *model, const std::string &path) {
     const int64_t n_head = meta_int(arch + ".attention.head_count", 1);
     const int64_t n_expert = meta_int(arch + ".expert_count", 0);
     const int64_t n_used = meta_int(arch + ".expert_used_count", 0);
+    m.n_expert = n_expert;
+    m.n_used = n_used;
     m.n_layer = meta_int(arch + ".block_count", 0);
     m.n_head_kv = meta_int(arch + ".attention.head_count_kv", n_head);
     m.head_dim_k = meta_int(arch + ".attention.key_length", n_head ? n_embd / n_head : 0);
@@ -154,6 +166,7 @@ ModelInfo describe(kt_model *model, const std::string &path) {
             continue;
         }
         const bool experts = contains(name, "_exps.");
+        if (experts) m.expert_bytes += static_cast<double>(t.n_bytes);
         const double share = experts && n_expert > 0 ? static_cast<double>(n_used) / static_cast<double>(n_expert) : 1.0;
         m.bytes_per_token += static_cast<double>(t.n_bytes) * share;
         const bool matrix = t.n_dims >= 2 && ends_with(name, ".weight");
@@ -181,7 +194,9 @@ struct Result {
     std::vector<double> seconds;  // per repetition
     kt_perf perf{};                // summed over the repetitions
     kt_roofline roofline{};       // measured just before this test
+    kt_gemm_counts prompt_counts{}, gen_counts{};  // GEMM work of the prompts and of the generations, all repetitions
     double bound_ts = 0;          // roofline tokens/s for this test (0: not measured)
+    std::string ran_on;           // share of multiply-adds per ISA
     double load_before = -1, load_after = -1;  // 1-minute load average (/proc/loadavg), -1 when unknown
 
     std::vector<double> ts() const {
@@ -256,17 +271,76 @@ bool check(kt_status s, kt_context *ctx, const char *what) {
     return false;
 }
 
-// One repetition: returns the seconds it took, or < 0 on error.
-double run_once(kt_context *ctx, const Test &test, const ModelInfo &m, std::mt19937_64 &rng) {
+kt_gemm_counts gemm_counts_now() {
+    kt_gemm_counts c{};
+    c.struct_size = sizeof c;
+    kt_get_gemm_counts(&c);
+    return c;
+}
+
+// sum += to - from.
+void add_counts(const kt_gemm_counts &from, const kt_gemm_counts &to, kt_gemm_counts *sum) {
+    for (int l = 0; l < 4; ++l) {
+        sum->calls[l] += to.calls[l] - from.calls[l];
+        sum->int8_macs[l] += to.int8_macs[l] - from.int8_macs[l];
+        sum->bf16_macs[l] += to.bf16_macs[l] - from.bf16_macs[l];
+    }
+    sum->amx_fallbacks += to.amx_fallbacks - from.amx_fallbacks;
+}
+
+// Seconds the roofline allows for counted GEMM work: each ISA's int8 and bf16 ops over that ISA's measured peak.
+// -1 when nothing was counted or a peak the work needs was not measured.
+double ops_seconds(const kt_gemm_counts &c, const kt_roofline &roof) {
+    double seconds = 0, macs = 0;
+    for (int l = 0; l < 4; ++l) {
+        const double int8_peak = l == KT_ISA_AMX ? roof.amx_int8_ops_per_s : roof.int8_ops_per_s;
+        const double bf16_peak = l == KT_ISA_AMX ? roof.amx_bf16_flops_per_s : roof.bf16_flops_per_s;
+        const double m8 = static_cast<double>(c.int8_macs[l]), m16 = static_cast<double>(c.bf16_macs[l]);
+        if ((m8 > 0 && int8_peak <= 0) || (m16 > 0 && bf16_peak <= 0)) return -1;
+        if (m8 > 0) seconds += 2.0 * m8 / int8_peak;
+        if (m16 > 0) seconds += 2.0 * m16 / bf16_peak;
+        macs += m8 + m16;
+    }
+    return macs > 0 ? seconds : -1;
+}
+
+// "avx512 12% amx 88%", plus AMX fallbacks if any.
+std::string ran_on(const kt_gemm_counts &a, const kt_gemm_counts &b) {
+    double macs[4], total = 0;
+    for (int l = 0; l < 4; ++l) {
+        macs[l] = static_cast<double>(a.int8_macs[l] + a.bf16_macs[l] + b.int8_macs[l] + b.bf16_macs[l]);
+        total += macs[l];
+    }
+    std::string out;
+    for (int l = 0; l < 4 && total > 0; ++l) {
+        if (macs[l] <= 0) continue;
+        char part[32];
+        std::snprintf(part, sizeof part, "%s%s %.0f%%", out.empty() ? "" : " ", kt_isa_name(l), 100 * macs[l] / total);
+        out += part;
+    }
+    if (a.amx_fallbacks + b.amx_fallbacks)
+        out += " (" + std::to_string(a.amx_fallbacks + b.amx_fallbacks) + " AMX fallbacks)";
+    return out.empty() ? "-" : out;
+}
+
+// One repetition: returns the seconds it took, or < 0 on error. The GEMM work of its prompt and of its generation
+// is added to *prompt_counts and *gen_counts.
+double run_once(kt_context *ctx, const Test &test, const ModelInfo &m, std::mt19937_64 &rng,
+                kt_gemm_counts *prompt_counts, kt_gemm_counts *gen_counts) {
     kt_context_reset(ctx);
     const std::vector<int32_t> prompt = random_tokens(test.n_prompt, m.n_vocab, m.bos, rng);
     const std::vector<int32_t> gen = random_tokens(test.n_gen, m.n_vocab, test.n_prompt > 0 ? -1 : m.bos, rng);
+    const kt_gemm_counts c0 = gemm_counts_now();
     const Clock::time_point start = Clock::now();
     if (test.n_prompt > 0 && !check(kt_context_decode(ctx, prompt.data(), test.n_prompt, KT_LOGITS_LAST), ctx, "decode"))
         return -1;
+    const kt_gemm_counts c1 = gemm_counts_now();
     for (int64_t i = 0; i < test.n_gen; ++i)
         if (!check(kt_context_decode(ctx, &gen[static_cast<size_t>(i)], 1, KT_LOGITS_LAST), ctx, "decode")) return -1;
-    return std::chrono::duration<double>(Clock::now() - start).count();
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    add_counts(c0, c1, prompt_counts);
+    add_counts(c1, gemm_counts_now(), gen_counts);
+    return seconds;
 }
 
 bool run_model(const Options &o, const std::string &path, std::vector<Result> *results) {
@@ -330,14 +404,16 @@ bool run_model(const Options &o, const std::string &path, std::vector<Result> *r
             }
             const kt_roofline &roofline = r.roofline;
             // Warm-up: the whole prompt, or one generated token.
-            if (run_once(ctx, test.n_prompt > 0 ? Test{test.n_prompt, 0} : Test{0, 1}, info, rng) < 0) {
+            kt_gemm_counts warmup_counts{};
+            if (run_once(ctx, test.n_prompt > 0 ? Test{test.n_prompt, 0} : Test{0, 1}, info, rng, &warmup_counts,
+                         &warmup_counts) < 0) {
                 ok = false;
                 break;
             }
             r.perf.struct_size = sizeof r.perf;
             for (int64_t rep = 0; rep < o.repetitions && ok; ++rep) {
                 kt_context_perf_reset(ctx);
-                const double s = run_once(ctx, test, info, rng);
+                const double s = run_once(ctx, test, info, rng, &r.prompt_counts, &r.gen_counts);
                 if (s < 0) {
                     ok = false;
                     break;
@@ -353,15 +429,31 @@ bool run_model(const Options &o, const std::string &path, std::vector<Result> *r
                 r.perf.other_seconds += p.other_seconds;
             }
             if (!ok) break;
-            // The bound for this test: time per token at the roofline, summed over its prompt and generation.
+            // The bound for this test: max(bytes / bandwidth, ops / peak) of its prompt, plus the same of its
+            // generation (see the top of this file).
             if (roofline.read_bytes_per_s > 0 && roofline.int8_ops_per_s > 0) {
+                const double reps = static_cast<double>(o.repetitions);
                 const double kv_bytes_per_pos = static_cast<double>(info.n_layer * info.n_head_kv * (info.head_dim_k + info.head_dim_v)) *
                                                 static_cast<double>(kt_type_block_bytes(o.kv_type)) / static_cast<double>(kt_type_block_size(o.kv_type));
                 const double mean_depth = static_cast<double>(test.n_prompt) + static_cast<double>(test.n_gen) / 2.0;
-                const double gen_s = static_cast<double>(test.n_gen) * (info.bytes_per_token + kv_bytes_per_pos * mean_depth) / roofline.read_bytes_per_s;
-                const double pp_s = static_cast<double>(test.n_prompt) * 2.0 * info.macs_per_token / roofline.int8_ops_per_s;
+                const double gen_bytes = static_cast<double>(test.n_gen) * (info.bytes_per_token + kv_bytes_per_pos * mean_depth);
+                const double gen_ops_s = ops_seconds(r.gen_counts, roofline) / reps;
+                const double gen_s = std::max(gen_bytes / roofline.read_bytes_per_s, gen_ops_s);
+
+                const int64_t ub = std::min(o.n_batch, std::max<int64_t>(test.n_prompt, 1));
+                const double batches = std::ceil(static_cast<double>(test.n_prompt) / static_cast<double>(ub));
+                const double touched = info.n_expert > 0
+                    ? 1.0 - std::pow(1.0 - static_cast<double>(info.n_used) / static_cast<double>(info.n_expert), static_cast<double>(ub))
+                    : 1.0;
+                const double dense_bytes = static_cast<double>(info.bytes) - info.expert_bytes;
+                const double pp_bytes = test.n_prompt > 0 ? batches * (dense_bytes + info.expert_bytes * touched) : 0.0;
+                double pp_ops_s = ops_seconds(r.prompt_counts, roofline) / reps;
+                if (pp_ops_s < 0)  // nothing counted (reference kernels): the model's multiply-adds at the int8 peak
+                    pp_ops_s = static_cast<double>(test.n_prompt) * 2.0 * info.macs_per_token / roofline.int8_ops_per_s;
+                const double pp_s = std::max(pp_bytes / roofline.read_bytes_per_s, pp_ops_s);
                 r.bound_ts = static_cast<double>(test.n_prompt + test.n_gen) / (gen_s + pp_s);
             }
+            r.ran_on = ran_on(r.prompt_counts, r.gen_counts);
             r.load_after = load_average();
             std::fprintf(stderr, "kt-bench: %s %s t=%d: %.2f t/s\n", info.desc.c_str(), test.name().c_str(), r.threads,
                          Result::mean(r.ts()));
@@ -385,11 +477,14 @@ void print_markdown(const std::vector<Result> &results) {
             std::printf("%s: %.4g MB read per generated token (+ KV cache), %.4g GOP per prompt token\n",
                         r.model.path.c_str(), r.model.bytes_per_token / 1e6, 2.0 * r.model.macs_per_token / 1e9);
         if (r.roofline.n_threads > 0)
-            std::printf("  %-13s roofline with %d threads: read %.1f GB/s (%.0f MiB buffer), int8 dot %.0f GOP/s (%s); "
+            std::printf("  %-13s roofline with %d threads: read %.1f GB/s (%.0f MiB buffer), int8 dot %.0f GOP/s (%s), "
+                        "bf16 %.0f GFLOP/s (%s), AMX int8 %.0f GOP/s, AMX bf16 %.0f GFLOP/s; ran on %s; "
                         "load average %.2f -> %.2f\n",
                         r.test.name().c_str(), r.threads, r.roofline.read_bytes_per_s / 1e9,
                         static_cast<double>(r.roofline.buffer_bytes) / (1 << 20), r.roofline.int8_ops_per_s / 1e9,
-                        r.roofline.int8_isa, r.load_before, r.load_after);
+                        r.roofline.int8_isa, r.roofline.bf16_flops_per_s / 1e9, r.roofline.bf16_isa,
+                        r.roofline.amx_int8_ops_per_s / 1e9, r.roofline.amx_bf16_flops_per_s / 1e9, r.ran_on.c_str(),
+                        r.load_before, r.load_after);
     }
     std::printf("\n| %-30s | %10s | %10s | %-10s | %7s | %13s | %20s | %13s | %11s |\n", "model", "size", "params",
                 "backend", "threads", "test", "t/s", "roofline t/s", "of roofline");
@@ -467,6 +562,10 @@ std::vector<Field> fields(const Result &r) {
         {"roofline_read_bytes_per_s", num(r.roofline.read_bytes_per_s), false},
         {"roofline_int8_ops_per_s", num(r.roofline.int8_ops_per_s), false},
         {"roofline_int8_isa", r.roofline.int8_isa, true},
+        {"roofline_bf16_flops_per_s", num(r.roofline.bf16_flops_per_s), false},
+        {"roofline_amx_int8_ops_per_s", num(r.roofline.amx_int8_ops_per_s), false},
+        {"roofline_amx_bf16_flops_per_s", num(r.roofline.amx_bf16_flops_per_s), false},
+        {"ran_on", r.ran_on, true},
         {"bytes_per_token", num(r.model.bytes_per_token), false},
         {"ops_per_prompt_token", num(2.0 * r.model.macs_per_token), false},
         {"bound_ts", num(r.bound_ts), false},

@@ -161,6 +161,52 @@ func fillBytes(call func(buf *C.char, capacity C.int64_t, length *C.int64_t) C.k
 }
 
 // ------------------------------------------------------------------------------------------------------------
+// Handle lifetime: every handle type embeds owned, so Close and the finalizer free it once, the same way.
+
+// owned frees a kt handle exactly once, by Close or, as a safety net, by a finalizer. Its mutex also serializes the
+// calls of the handle types kt uses one thread at a time (Context, Detokenizer, GgufWriter).
+type owned struct {
+	mu      sync.Mutex
+	ptr     unsafe.Pointer       // the C handle; nil once freed (kt answers a NULL handle with an error)
+	release func(unsafe.Pointer) // frees it
+}
+
+func (o *owned) close() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.ptr != nil {
+		o.release(o.ptr)
+		o.ptr = nil
+		finalizedOrClosed.Add(1)
+	}
+}
+
+// track makes obj own the C handle ptr, freed by release once: at Close or when obj is collected. Neither the
+// finalizer nor release may refer to obj (a finalizer on an object in a cycle never runs): the finalizer reaches
+// it only through its argument.
+func track[T any, PT interface {
+	*T
+	owner() *owned
+}](obj PT, ptr unsafe.Pointer, release func(unsafe.Pointer)) {
+	o := obj.owner()
+	o.ptr, o.release = ptr, release
+	runtime.SetFinalizer(obj, func(x PT) { x.owner().close() })
+}
+
+func (m *Model) owner() *owned       { return &m.owned }
+func (d *Detokenizer) owner() *owned { return &d.owned }
+func (c *Context) owner() *owned     { return &c.owned }
+func (p *ExpertPool) owner() *owned  { return &p.owned }
+func (w *GgufWriter) owner() *owned  { return &w.owned }
+
+// The typed C handles.
+func (m *Model) raw() *C.kt_model             { return (*C.kt_model)(m.ptr) }
+func (d *Detokenizer) raw() *C.kt_detokenizer { return (*C.kt_detokenizer)(d.ptr) }
+func (c *Context) raw() *C.kt_context         { return (*C.kt_context)(c.ptr) }
+func (p *ExpertPool) raw() *C.kt_expert_pool  { return (*C.kt_expert_pool)(p.ptr) }
+func (w *GgufWriter) raw() *C.kt_gguf_writer  { return (*C.kt_gguf_writer)(w.ptr) }
+
+// ------------------------------------------------------------------------------------------------------------
 // Logging
 
 var logMutex sync.Mutex
@@ -242,7 +288,7 @@ func Dequantize(t int, data []byte, rows, nPerRow int) ([]float32, error) {
 
 // Model is a GGUF file, memory-mapped and validated. Safe for concurrent use.
 type Model struct {
-	h    *C.kt_model
+	owned
 	deps int32 // open contexts and detokenizers, which borrow the model
 }
 
@@ -291,17 +337,9 @@ func LoadModelWith(path string, params ModelParams) (*Model, error) {
 	if status := C.kt_model_load(cpath, &p, &h, &e); status != C.KT_STATUS_OK {
 		return nil, fromErrorStruct(status, &e)
 	}
-	m := &Model{h: h}
-	runtime.SetFinalizer(m, func(m *Model) { m.free() })
+	m := &Model{}
+	track(m, unsafe.Pointer(h), func(p unsafe.Pointer) { C.kt_model_free((*C.kt_model)(p)) })
 	return m, nil
-}
-
-func (m *Model) free() {
-	if m.h != nil {
-		C.kt_model_free(m.h)
-		m.h = nil
-		finalizedOrClosed.Add(1)
-	}
 }
 
 // Close frees the model. It fails while contexts or detokenizers made from it are open.
@@ -309,16 +347,15 @@ func (m *Model) Close() error {
 	if n := atomic.LoadInt32(&m.deps); n != 0 {
 		return &Error{StatusMisuse, fmt.Sprintf("the model still has %d open contexts or detokenizers", n)}
 	}
-	runtime.SetFinalizer(m, nil)
-	m.free()
+	m.close()
 	return nil
 }
 
 func (m *Model) check(call func() C.kt_status) error {
-	if m.h == nil {
+	if m.ptr == nil {
 		return &Error{StatusMisuse, "the model is closed"}
 	}
-	err := lockedCall(call, func() *C.char { return C.kt_model_last_error(m.h) })
+	err := lockedCall(call, func() *C.char { return C.kt_model_last_error(m.raw()) })
 	runtime.KeepAlive(m)
 	return err
 }
@@ -326,16 +363,16 @@ func (m *Model) check(call func() C.kt_status) error {
 // Architecture is general.architecture, e.g. "qwen3moe".
 func (m *Model) Architecture() string {
 	defer runtime.KeepAlive(m)
-	return C.GoString(C.kt_model_architecture(m.h))
+	return C.GoString(C.kt_model_architecture(m.raw()))
 }
 
 // MetaKeys lists the metadata keys in file order.
 func (m *Model) MetaKeys() ([]string, error) {
-	n := int(C.kt_model_meta_count(m.h))
+	n := int(C.kt_model_meta_count(m.raw()))
 	keys := make([]string, 0, n)
 	for i := 0; i < n; i++ {
 		var k *C.char
-		if err := m.check(func() C.kt_status { return C.kt_model_meta_key(m.h, C.int64_t(i), &k) }); err != nil {
+		if err := m.check(func() C.kt_status { return C.kt_model_meta_key(m.raw(), C.int64_t(i), &k) }); err != nil {
 			return nil, err
 		}
 		keys = append(keys, C.GoString(k))
@@ -348,7 +385,7 @@ func (m *Model) MetaInt(key string) (int64, error) {
 	k := cString(key)
 	defer C.free(unsafe.Pointer(k))
 	var v C.int64_t
-	err := m.check(func() C.kt_status { return C.kt_model_meta_get_int(m.h, k, &v) })
+	err := m.check(func() C.kt_status { return C.kt_model_meta_get_int(m.raw(), k, &v) })
 	return int64(v), err
 }
 
@@ -357,7 +394,7 @@ func (m *Model) MetaFloat(key string) (float64, error) {
 	k := cString(key)
 	defer C.free(unsafe.Pointer(k))
 	var v C.double
-	err := m.check(func() C.kt_status { return C.kt_model_meta_get_float(m.h, k, &v) })
+	err := m.check(func() C.kt_status { return C.kt_model_meta_get_float(m.raw(), k, &v) })
 	return float64(v), err
 }
 
@@ -367,7 +404,7 @@ func (m *Model) MetaString(key string) (string, error) {
 	defer C.free(unsafe.Pointer(k))
 	var p *C.char
 	var n C.uint64_t
-	if err := m.check(func() C.kt_status { return C.kt_model_meta_get_string(m.h, k, &p, &n) }); err != nil {
+	if err := m.check(func() C.kt_status { return C.kt_model_meta_get_string(m.raw(), k, &p, &n) }); err != nil {
 		return "", err
 	}
 	defer runtime.KeepAlive(m)
@@ -388,7 +425,7 @@ type TensorInfo struct {
 // TensorCount is the number of tensors.
 func (m *Model) TensorCount() int {
 	defer runtime.KeepAlive(m)
-	return int(C.kt_model_tensor_count(m.h))
+	return int(C.kt_model_tensor_count(m.raw()))
 }
 
 // TensorFind gives a tensor's index by name.
@@ -396,7 +433,7 @@ func (m *Model) TensorFind(name string) (int, error) {
 	n := cString(name)
 	defer C.free(unsafe.Pointer(n))
 	var i C.int64_t
-	err := m.check(func() C.kt_status { return C.kt_model_tensor_find(m.h, n, &i) })
+	err := m.check(func() C.kt_status { return C.kt_model_tensor_find(m.raw(), n, &i) })
 	return int(i), err
 }
 
@@ -404,7 +441,7 @@ func (m *Model) TensorFind(name string) (int, error) {
 func (m *Model) TensorInfo(index int) (TensorInfo, error) {
 	var raw C.kt_tensor_info
 	raw.struct_size = C.uint32_t(unsafe.Sizeof(raw))
-	if err := m.check(func() C.kt_status { return C.kt_model_tensor_info(m.h, C.int64_t(index), &raw) }); err != nil {
+	if err := m.check(func() C.kt_status { return C.kt_model_tensor_info(m.raw(), C.int64_t(index), &raw) }); err != nil {
 		return TensorInfo{}, err
 	}
 	defer runtime.KeepAlive(m)
@@ -424,7 +461,7 @@ func (m *Model) TensorF32(index int) ([]float32, error) {
 	}
 	out := make([]float32, info.NElements)
 	err = m.check(func() C.kt_status {
-		return C.kt_model_tensor_read_f32(m.h, C.int64_t(index), (*C.float)(unsafe.Pointer(&out[0])),
+		return C.kt_model_tensor_read_f32(m.raw(), C.int64_t(index), (*C.float)(unsafe.Pointer(&out[0])),
 			C.uint64_t(len(out)), nil)
 	})
 	return out, err
@@ -456,7 +493,7 @@ const (
 func (t Tokenizer) VocabInfo() (VocabInfo, error) {
 	var raw C.kt_vocab_info
 	raw.struct_size = C.uint32_t(unsafe.Sizeof(raw))
-	if err := t.m.check(func() C.kt_status { return C.kt_vocab_get_info(t.m.h, &raw) }); err != nil {
+	if err := t.m.check(func() C.kt_status { return C.kt_vocab_get_info(t.m.raw(), &raw) }); err != nil {
 		return VocabInfo{}, err
 	}
 	defer runtime.KeepAlive(t.m)
@@ -480,13 +517,13 @@ func (t Tokenizer) Tokenize(text string, addSpecial, parseSpecial bool) ([]int32
 	ids := []int32{}
 	err := t.m.check(func() C.kt_status {
 		var count C.int64_t
-		status := C.kt_tokenize(t.m.h, ctext, n, add, parse, nil, 0, &count)
+		status := C.kt_tokenize(t.m.raw(), ctext, n, add, parse, nil, 0, &count)
 		if status != C.KT_STATUS_BUFFER_TOO_SMALL {
 			return status // OK: no tokens
 		}
 		buf := (*C.int32_t)(C.malloc(C.size_t(count) * 4))
 		defer C.free(unsafe.Pointer(buf))
-		if status = C.kt_tokenize(t.m.h, ctext, n, add, parse, buf, count, &count); status == C.KT_STATUS_OK {
+		if status = C.kt_tokenize(t.m.raw(), ctext, n, add, parse, buf, count, &count); status == C.KT_STATUS_OK {
 			ids = append(ids, unsafe.Slice((*int32)(unsafe.Pointer(buf)), int(count))...)
 		}
 		return status
@@ -511,7 +548,7 @@ func (t Tokenizer) Detokenize(tokens []int32, removeSpecial, unparseSpecial bool
 	err := withTokens(tokens, func(p *C.int32_t) error {
 		return t.m.check(func() (status C.kt_status) {
 			out, status = fillBytes(func(buf *C.char, capacity C.int64_t, length *C.int64_t) C.kt_status {
-				return C.kt_detokenize(t.m.h, p, C.int64_t(len(tokens)), boolInt(removeSpecial),
+				return C.kt_detokenize(t.m.raw(), p, C.int64_t(len(tokens)), boolInt(removeSpecial),
 					boolInt(unparseSpecial), buf, capacity, length)
 			})
 			return status
@@ -525,7 +562,7 @@ func (t Tokenizer) TokenToPiece(token int32, special bool) ([]byte, error) {
 	var out []byte
 	err := t.m.check(func() (status C.kt_status) {
 		out, status = fillBytes(func(buf *C.char, capacity C.int64_t, length *C.int64_t) C.kt_status {
-			return C.kt_token_to_piece(t.m.h, C.int32_t(token), boolInt(special), 0, buf, capacity, length)
+			return C.kt_token_to_piece(t.m.raw(), C.int32_t(token), boolInt(special), 0, buf, capacity, length)
 		})
 		return status
 	})
@@ -535,7 +572,7 @@ func (t Tokenizer) TokenToPiece(token int32, special bool) ([]byte, error) {
 // IsEOG says whether token ends generation (EOS, EOT, EOM ...).
 func (t Tokenizer) IsEOG(token int32) (bool, error) {
 	var v C.int32_t
-	err := t.m.check(func() C.kt_status { return C.kt_token_is_eog(t.m.h, C.int32_t(token), &v) })
+	err := t.m.check(func() C.kt_status { return C.kt_token_is_eog(t.m.raw(), C.int32_t(token), &v) })
 	return v != 0, err
 }
 
@@ -564,7 +601,7 @@ func (t Tokenizer) ApplyChatTemplate(messages []ChatMessage, template string, ad
 	var out []byte
 	err := t.m.check(func() (status C.kt_status) {
 		out, status = fillBytes(func(buf *C.char, capacity C.int64_t, length *C.int64_t) C.kt_status {
-			return C.kt_chat_apply_template(t.m.h, raw, C.int64_t(n), &p, buf, capacity, length)
+			return C.kt_chat_apply_template(t.m.raw(), raw, C.int64_t(n), &p, buf, capacity, length)
 		})
 		return status
 	})
@@ -573,8 +610,7 @@ func (t Tokenizer) ApplyChatTemplate(messages []ChatMessage, template string, ad
 
 // Detokenizer turns generated tokens into text one at a time without splitting a UTF-8 character.
 type Detokenizer struct {
-	mu    sync.Mutex
-	h     *C.kt_detokenizer
+	owned
 	model *Model
 }
 
@@ -582,38 +618,26 @@ type Detokenizer struct {
 func NewDetokenizer(m *Model, unparseSpecial bool) (*Detokenizer, error) {
 	var h *C.kt_detokenizer
 	e := newErrorStruct()
-	if status := C.kt_detokenizer_create(m.h, boolInt(unparseSpecial), &h, &e); status != C.KT_STATUS_OK {
+	if status := C.kt_detokenizer_create(m.raw(), boolInt(unparseSpecial), &h, &e); status != C.KT_STATUS_OK {
 		return nil, fromErrorStruct(status, &e)
 	}
 	atomic.AddInt32(&m.deps, 1)
-	d := &Detokenizer{h: h, model: m}
-	runtime.SetFinalizer(d, func(d *Detokenizer) { d.free() })
+	d := &Detokenizer{model: m}
+	track(d, unsafe.Pointer(h), func(p unsafe.Pointer) {
+		C.kt_detokenizer_free((*C.kt_detokenizer)(p))
+		atomic.AddInt32(&m.deps, -1)
+	})
 	return d, nil
 }
 
-func (d *Detokenizer) free() {
-	if d.h != nil {
-		C.kt_detokenizer_free(d.h)
-		d.h = nil
-		atomic.AddInt32(&d.model.deps, -1)
-		finalizedOrClosed.Add(1)
-	}
-}
-
 // Close frees the detokenizer.
-func (d *Detokenizer) Close() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	runtime.SetFinalizer(d, nil)
-	d.free()
-	return nil
-}
+func (d *Detokenizer) Close() error { d.close(); return nil }
 
 func (d *Detokenizer) check(s C.kt_status) error {
 	if s == C.KT_STATUS_OK {
 		return nil
 	}
-	return &Error{int(s), C.GoString(C.kt_detokenizer_last_error(d.h))}
+	return &Error{int(s), C.GoString(C.kt_detokenizer_last_error(d.raw()))}
 }
 
 // Push feeds one token and returns the bytes it completes (possibly none).
@@ -621,7 +645,7 @@ func (d *Detokenizer) Push(token int32) ([]byte, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out, status := fillBytes(func(buf *C.char, capacity C.int64_t, length *C.int64_t) C.kt_status {
-		return C.kt_detokenizer_push(d.h, C.int32_t(token), buf, capacity, length)
+		return C.kt_detokenizer_push(d.raw(), C.int32_t(token), buf, capacity, length)
 	})
 	return out, d.check(status)
 }
@@ -631,7 +655,7 @@ func (d *Detokenizer) Flush() ([]byte, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out, status := fillBytes(func(buf *C.char, capacity C.int64_t, length *C.int64_t) C.kt_status {
-		return C.kt_detokenizer_flush(d.h, buf, capacity, length)
+		return C.kt_detokenizer_flush(d.raw(), buf, capacity, length)
 	})
 	return out, d.check(status)
 }
@@ -701,8 +725,7 @@ type Perf struct {
 
 // Context is one sequence of a model (KV cache, logits, sampler). Its methods serialize on a mutex.
 type Context struct {
-	mu    sync.Mutex
-	h     *C.kt_context
+	owned
 	model *Model
 }
 
@@ -726,55 +749,43 @@ func NewContext(m *Model, params ContextParams) (*Context, error) {
 	}
 	var h *C.kt_context
 	e := newErrorStruct()
-	if status := C.kt_context_create(m.h, &p, &h, &e); status != C.KT_STATUS_OK {
+	if status := C.kt_context_create(m.raw(), &p, &h, &e); status != C.KT_STATUS_OK {
 		return nil, fromErrorStruct(status, &e)
 	}
 	atomic.AddInt32(&m.deps, 1)
-	c := &Context{h: h, model: m}
-	runtime.SetFinalizer(c, func(c *Context) { c.free() })
+	c := &Context{model: m}
+	track(c, unsafe.Pointer(h), func(p unsafe.Pointer) {
+		C.kt_context_free((*C.kt_context)(p))
+		atomic.AddInt32(&m.deps, -1)
+	})
 	return c, nil
 }
 
-func (c *Context) free() {
-	if c.h != nil {
-		C.kt_context_free(c.h)
-		c.h = nil
-		atomic.AddInt32(&c.model.deps, -1)
-		finalizedOrClosed.Add(1)
-	}
-}
-
 // Close frees the context.
-func (c *Context) Close() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	runtime.SetFinalizer(c, nil)
-	c.free()
-	return nil
-}
+func (c *Context) Close() error { c.close(); return nil }
 
 func (c *Context) check(s C.kt_status) error {
 	if s == C.KT_STATUS_OK {
 		return nil
 	}
-	return &Error{int(s), C.GoString(C.kt_context_last_error(c.h))}
+	return &Error{int(s), C.GoString(C.kt_context_last_error(c.raw()))}
 }
 
 // NVocab, NCtx and NPast: logits per row, positions the context holds, positions used.
 func (c *Context) NVocab() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return int(C.kt_context_n_vocab(c.h))
+	return int(C.kt_context_n_vocab(c.raw()))
 }
 func (c *Context) NCtx() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return int64(C.kt_context_n_ctx(c.h))
+	return int64(C.kt_context_n_ctx(c.raw()))
 }
 func (c *Context) NPast() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return int64(C.kt_context_n_past(c.h))
+	return int64(C.kt_context_n_past(c.raw()))
 }
 
 // Decode appends tokens to the sequence and runs them through the model (all or nothing).
@@ -782,7 +793,7 @@ func (c *Context) Decode(tokens []int32, logits int) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return withTokens(tokens, func(p *C.int32_t) error {
-		return c.check(C.kt_context_decode(c.h, p, C.int64_t(len(tokens)), C.int32_t(logits)))
+		return c.check(C.kt_context_decode(c.raw(), p, C.int64_t(len(tokens)), C.int32_t(logits)))
 	})
 }
 
@@ -791,10 +802,10 @@ func (c *Context) Logits(row int64) ([]float32, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var p *C.float
-	if err := c.check(C.kt_context_logits(c.h, C.int64_t(row), &p, nil)); err != nil {
+	if err := c.check(C.kt_context_logits(c.raw(), C.int64_t(row), &p, nil)); err != nil {
 		return nil, err
 	}
-	n := int(C.kt_context_n_vocab(c.h))
+	n := int(C.kt_context_n_vocab(c.raw()))
 	out := make([]float32, n)
 	copy(out, unsafe.Slice((*float32)(unsafe.Pointer(p)), n))
 	return out, nil
@@ -810,7 +821,7 @@ func (c *Context) Sample(s *Sampler) (int32, error) {
 		r := s.raw()
 		raw = &r
 	}
-	err := c.check(C.kt_context_sample(c.h, raw, &token))
+	err := c.check(C.kt_context_sample(c.raw(), raw, &token))
 	return int32(token), err
 }
 
@@ -861,7 +872,7 @@ func (c *Context) Generate(prompt []int32, maxTokens int, s *Sampler, stop []int
 	err := withTokens(stop, func(stopTokens *C.int32_t) error {
 		p.stop_tokens, p.n_stop_tokens = stopTokens, C.int64_t(len(stop))
 		return withTokens(prompt, func(pr *C.int32_t) error {
-			return c.check(C.kt_context_generate(c.h, pr, C.int64_t(len(prompt)), &p, out, C.int64_t(maxTokens), &n, &why))
+			return c.check(C.kt_context_generate(c.raw(), pr, C.int64_t(len(prompt)), &p, out, C.int64_t(maxTokens), &n, &why))
 		})
 	})
 	if err != nil {
@@ -873,7 +884,7 @@ func (c *Context) Generate(prompt []int32, maxTokens int, s *Sampler, stop []int
 }
 
 // Reset forgets the sequence (the KV cache memory is kept).
-func (c *Context) Reset() { c.mu.Lock(); defer c.mu.Unlock(); C.kt_context_reset(c.h) }
+func (c *Context) Reset() { c.mu.Lock(); defer c.mu.Unlock(); C.kt_context_reset(c.raw()) }
 
 // Perf gives the counters since creation or the last reset of them.
 func (c *Context) Perf() (Perf, error) {
@@ -881,7 +892,7 @@ func (c *Context) Perf() (Perf, error) {
 	defer c.mu.Unlock()
 	var raw C.kt_perf
 	raw.struct_size = C.uint32_t(unsafe.Sizeof(raw))
-	if err := c.check(C.kt_context_perf(c.h, &raw)); err != nil {
+	if err := c.check(C.kt_context_perf(c.raw(), &raw)); err != nil {
 		return Perf{}, err
 	}
 	return Perf{NPrefillTokens: int64(raw.n_prefill_tokens), NDecodeTokens: int64(raw.n_decode_tokens),
@@ -914,7 +925,7 @@ type ExpertPoolParams struct {
 // ExpertPool holds the routed experts of one MoE layer and computes them on the CPU:
 // out[t] = sum_k w[t][k] * down_e(silu(gate_e x[t]) * up_e x[t]), e = ids[t][k]. Safe for concurrent use.
 type ExpertPool struct {
-	h                              *C.kt_expert_pool
+	owned
 	nExperts, hidden, intermediate int
 }
 
@@ -940,31 +951,19 @@ func NewExpertPool(params ExpertPoolParams) (*ExpertPool, error) {
 	if status := C.kt_expert_pool_create(&p, &h, &e); status != C.KT_STATUS_OK {
 		return nil, fromErrorStruct(status, &e)
 	}
-	pool := &ExpertPool{h: h, nExperts: params.NExperts, hidden: params.HiddenSize, intermediate: params.IntermediateSize}
-	runtime.SetFinalizer(pool, func(p *ExpertPool) { p.free() })
+	pool := &ExpertPool{nExperts: params.NExperts, hidden: params.HiddenSize, intermediate: params.IntermediateSize}
+	track(pool, unsafe.Pointer(h), func(p unsafe.Pointer) { C.kt_expert_pool_free((*C.kt_expert_pool)(p)) })
 	return pool, nil
 }
 
-func (p *ExpertPool) free() {
-	if p.h != nil {
-		C.kt_expert_pool_free(p.h)
-		p.h = nil
-		finalizedOrClosed.Add(1)
-	}
-}
-
 // Close waits for queued jobs and frees the pool. No other call on it may be running.
-func (p *ExpertPool) Close() error {
-	runtime.SetFinalizer(p, nil)
-	p.free()
-	return nil
-}
+func (p *ExpertPool) Close() error { p.close(); return nil }
 
 func (p *ExpertPool) check(call func() C.kt_status) error {
-	if p.h == nil {
+	if p.ptr == nil {
 		return &Error{StatusMisuse, "the expert pool is closed"}
 	}
-	err := lockedCall(call, func() *C.char { return C.kt_expert_pool_last_error(p.h) })
+	err := lockedCall(call, func() *C.char { return C.kt_expert_pool_last_error(p.raw()) })
 	runtime.KeepAlive(p)
 	return err
 }
@@ -972,7 +971,7 @@ func (p *ExpertPool) check(call func() C.kt_status) error {
 // LoadModel loads blk.<layer>.ffn_{gate,up,down}_exps of a model.
 func (p *ExpertPool) LoadModel(m *Model, layer int) error {
 	defer runtime.KeepAlive(m)
-	return p.check(func() C.kt_status { return C.kt_expert_pool_load_model(p.h, m.h, C.int32_t(layer)) })
+	return p.check(func() C.kt_status { return C.kt_expert_pool_load_model(p.raw(), m.raw(), C.int32_t(layer)) })
 }
 
 // LoadF32 loads every expert from f32 weights: gate and up [experts][intermediate][hidden], down
@@ -996,7 +995,7 @@ func (p *ExpertPool) LoadF32(gate, up, down []float32) error {
 		copy(staging[:per], gate[e*per:(e+1)*per])
 		copy(staging[per:2*per], up[e*per:(e+1)*per])
 		copy(staging[2*per:], down[e*per:(e+1)*per])
-		if err := p.check(func() C.kt_status { return C.kt_expert_pool_load_experts(p.h, w, C.int32_t(e), 1) }); err != nil {
+		if err := p.check(func() C.kt_status { return C.kt_expert_pool_load_experts(p.raw(), w, C.int32_t(e), 1) }); err != nil {
 			return err
 		}
 	}
@@ -1006,7 +1005,7 @@ func (p *ExpertPool) LoadF32(gate, up, down []float32) error {
 // SetMask marks experts computed elsewhere (the pool skips them); nil clears it.
 func (p *ExpertPool) SetMask(mask []bool) error {
 	if mask == nil {
-		return p.check(func() C.kt_status { return C.kt_expert_pool_set_mask(p.h, nil, C.int32_t(p.nExperts)) })
+		return p.check(func() C.kt_status { return C.kt_expert_pool_set_mask(p.raw(), nil, C.int32_t(p.nExperts)) })
 	}
 	bytes := make([]byte, len(mask))
 	for i, m := range mask {
@@ -1015,7 +1014,7 @@ func (p *ExpertPool) SetMask(mask []bool) error {
 		}
 	}
 	return p.check(func() C.kt_status {
-		return C.kt_expert_pool_set_mask(p.h, (*C.uint8_t)(unsafe.Pointer(&bytes[0])), C.int32_t(len(mask)))
+		return C.kt_expert_pool_set_mask(p.raw(), (*C.uint8_t)(unsafe.Pointer(&bytes[0])), C.int32_t(len(mask)))
 	})
 }
 
@@ -1069,7 +1068,7 @@ func (p *ExpertPool) Run(j *Job) error {
 		return err
 	}
 	defer runtime.KeepAlive(j)
-	return p.check(func() C.kt_status { return C.kt_expert_pool_forward(p.h, f) })
+	return p.check(func() C.kt_status { return C.kt_expert_pool_forward(p.raw(), f) })
 }
 
 // Job holds the buffers of one expert call in C memory, which kt may use after Submit returns (Go memory may not
@@ -1125,7 +1124,7 @@ func (p *ExpertPool) Submit(j *Job) (*Pending, error) {
 		return nil, err
 	}
 	var ticket C.uint64_t
-	if err := p.check(func() C.kt_status { return C.kt_expert_pool_submit(p.h, f, &ticket) }); err != nil {
+	if err := p.check(func() C.kt_status { return C.kt_expert_pool_submit(p.raw(), f, &ticket) }); err != nil {
 		return nil, err
 	}
 	j.pending = true
@@ -1134,7 +1133,7 @@ func (p *ExpertPool) Submit(j *Job) (*Pending, error) {
 
 // Wait waits for the job (and the jobs before it); its Output is then filled.
 func (w *Pending) Wait() error {
-	err := w.pool.check(func() C.kt_status { return C.kt_expert_pool_wait(w.pool.h, w.ticket) })
+	err := w.pool.check(func() C.kt_status { return C.kt_expert_pool_wait(w.pool.raw(), w.ticket) })
 	w.job.pending = false
 	runtime.KeepAlive(w.job)
 	return err
@@ -1153,7 +1152,7 @@ type PoolInfo struct {
 func (p *ExpertPool) Info() (PoolInfo, error) {
 	var raw C.kt_expert_pool_info
 	raw.struct_size = C.uint32_t(unsafe.Sizeof(raw))
-	if err := p.check(func() C.kt_status { return C.kt_expert_pool_get_info(p.h, &raw) }); err != nil {
+	if err := p.check(func() C.kt_status { return C.kt_expert_pool_get_info(p.raw(), &raw) }); err != nil {
 		return PoolInfo{}, err
 	}
 	defer runtime.KeepAlive(p)
@@ -1182,8 +1181,7 @@ const (
 
 // GgufWriter collects metadata and tensors, then writes a GGUF v3 file atomically. Its methods serialize on a mutex.
 type GgufWriter struct {
-	mu sync.Mutex
-	h  *C.kt_gguf_writer
+	owned
 }
 
 // NewGgufWriter makes a writer; alignment of the tensor data is a power of two in [8, 2^30], or 0 for 32.
@@ -1193,27 +1191,13 @@ func NewGgufWriter(alignment uint32) (*GgufWriter, error) {
 	if status := C.kt_gguf_writer_create_v2(C.uint32_t(alignment), &h, &e); status != C.KT_STATUS_OK {
 		return nil, fromErrorStruct(status, &e)
 	}
-	w := &GgufWriter{h: h}
-	runtime.SetFinalizer(w, func(w *GgufWriter) { w.free() })
+	w := &GgufWriter{}
+	track(w, unsafe.Pointer(h), func(p unsafe.Pointer) { C.kt_gguf_writer_free((*C.kt_gguf_writer)(p)) })
 	return w, nil
 }
 
-func (w *GgufWriter) free() {
-	if w.h != nil {
-		C.kt_gguf_writer_free(w.h)
-		w.h = nil
-		finalizedOrClosed.Add(1)
-	}
-}
-
 // Close frees the writer.
-func (w *GgufWriter) Close() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	runtime.SetFinalizer(w, nil)
-	w.free()
-	return nil
-}
+func (w *GgufWriter) Close() error { w.close(); return nil }
 
 func (w *GgufWriter) call(key string, f func(k *C.char) C.kt_status) error {
 	w.mu.Lock()
@@ -1221,7 +1205,7 @@ func (w *GgufWriter) call(key string, f func(k *C.char) C.kt_status) error {
 	k := cString(key)
 	defer C.free(unsafe.Pointer(k))
 	if s := f(k); s != C.KT_STATUS_OK {
-		return &Error{int(s), C.GoString(C.kt_gguf_writer_last_error(w.h))}
+		return &Error{int(s), C.GoString(C.kt_gguf_writer_last_error(w.raw()))}
 	}
 	return nil
 }
@@ -1229,7 +1213,7 @@ func (w *GgufWriter) call(key string, f func(k *C.char) C.kt_status) error {
 // SetInt sets an integer key of GGUF type metaType (MetaUint32 ...).
 func (w *GgufWriter) SetInt(key string, metaType int, value int64) error {
 	return w.call(key, func(k *C.char) C.kt_status {
-		return C.kt_gguf_writer_set_int(w.h, k, C.int32_t(metaType), C.int64_t(value))
+		return C.kt_gguf_writer_set_int(w.raw(), k, C.int32_t(metaType), C.int64_t(value))
 	})
 }
 
@@ -1241,13 +1225,13 @@ func (w *GgufWriter) SetUint32(key string, value uint32) error {
 // SetFloat32 sets a FLOAT32 key.
 func (w *GgufWriter) SetFloat32(key string, value float32) error {
 	return w.call(key, func(k *C.char) C.kt_status {
-		return C.kt_gguf_writer_set_float(w.h, k, MetaFloat32, C.double(value))
+		return C.kt_gguf_writer_set_float(w.raw(), k, MetaFloat32, C.double(value))
 	})
 }
 
 // SetBool sets a BOOL key.
 func (w *GgufWriter) SetBool(key string, value bool) error {
-	return w.call(key, func(k *C.char) C.kt_status { return C.kt_gguf_writer_set_bool(w.h, k, boolInt(value)) })
+	return w.call(key, func(k *C.char) C.kt_status { return C.kt_gguf_writer_set_bool(w.raw(), k, boolInt(value)) })
 }
 
 // SetString sets a STRING key.
@@ -1255,7 +1239,7 @@ func (w *GgufWriter) SetString(key, value string) error {
 	v := cString(value)
 	defer C.free(unsafe.Pointer(v))
 	return w.call(key, func(k *C.char) C.kt_status {
-		return C.kt_gguf_writer_set_string(w.h, k, v, C.uint64_t(len(value)))
+		return C.kt_gguf_writer_set_string(w.raw(), k, v, C.uint64_t(len(value)))
 	})
 }
 
@@ -1266,7 +1250,7 @@ func (w *GgufWriter) SetArrayInt32(key string, values []int32) error {
 		data = unsafe.Pointer(&values[0])
 	}
 	return w.call(key, func(k *C.char) C.kt_status {
-		return C.kt_gguf_writer_set_array(w.h, k, MetaInt32, data, C.uint64_t(len(values)))
+		return C.kt_gguf_writer_set_array(w.raw(), k, MetaInt32, data, C.uint64_t(len(values)))
 	})
 }
 
@@ -1283,7 +1267,7 @@ func (w *GgufWriter) SetArrayString(key string, values []string) error {
 		defer C.free(unsafe.Pointer(ps[i]))
 	}
 	return w.call(key, func(k *C.char) C.kt_status {
-		return C.kt_gguf_writer_set_array_string(w.h, k, ptrs, lengths, C.uint64_t(n))
+		return C.kt_gguf_writer_set_array_string(w.raw(), k, ptrs, lengths, C.uint64_t(n))
 	})
 }
 
@@ -1297,7 +1281,7 @@ func (w *GgufWriter) AddTensor(name string, t int, ne []int64, data []byte) erro
 		shape[i] = C.int64_t(d)
 	}
 	return w.call(name, func(n *C.char) C.kt_status {
-		return C.kt_gguf_writer_add_tensor(w.h, n, C.int32_t(t), C.int32_t(len(ne)), &shape[0], unsafe.Pointer(&data[0]),
+		return C.kt_gguf_writer_add_tensor(w.raw(), n, C.int32_t(t), C.int32_t(len(ne)), &shape[0], unsafe.Pointer(&data[0]),
 			C.uint64_t(len(data)))
 	})
 }
@@ -1316,7 +1300,7 @@ func (w *GgufWriter) AddTensorF32(name string, t int, ne []int64, values []float
 
 // Write writes everything added so far to path, atomically.
 func (w *GgufWriter) Write(path string) error {
-	return w.call(path, func(p *C.char) C.kt_status { return C.kt_gguf_writer_write_file(w.h, p) })
+	return w.call(path, func(p *C.char) C.kt_status { return C.kt_gguf_writer_write_file(w.raw(), p) })
 }
 
 // TensorSpec is a tensor an architecture needs.
@@ -1347,9 +1331,9 @@ func (w *GgufWriter) ExpectedTensors() ([]TensorSpec, error) {
 	defer C.free(unsafe.Pointer(handle))
 	*handle = cgo.NewHandle(&out)
 	defer handle.Delete()
-	s := C.kt_gguf_writer_expected_tensors(w.h, C.kt_tensor_spec_callback(C.ktGoTensorSpec), unsafe.Pointer(handle))
+	s := C.kt_gguf_writer_expected_tensors(w.raw(), C.kt_tensor_spec_callback(C.ktGoTensorSpec), unsafe.Pointer(handle))
 	if s != C.KT_STATUS_OK {
-		return nil, &Error{int(s), C.GoString(C.kt_gguf_writer_last_error(w.h))}
+		return nil, &Error{int(s), C.GoString(C.kt_gguf_writer_last_error(w.raw()))}
 	}
 	return out, nil
 }

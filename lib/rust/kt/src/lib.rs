@@ -815,19 +815,8 @@ pub struct Generation {
     pub stop: StopReason,
 }
 
-/// Prefill and decode counters of a context.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Perf {
-    pub n_prefill_tokens: i64,
-    pub prefill_seconds: f64,
-    pub n_decode_tokens: i64,
-    pub decode_seconds: f64,
-    pub attention_seconds: f64,
-    pub experts_seconds: f64,
-    pub dense_ffn_seconds: f64,
-    pub head_seconds: f64,
-    pub other_seconds: f64,
-}
+/// Prefill and decode counters of a context: kt's own struct (its `struct_size` and `reserved0` mean nothing here).
+pub type Perf = sys::kt_perf;
 
 /// One sequence of a model: its KV cache, the logits of its last decode, a sampler.
 pub struct Context<'m> {
@@ -957,17 +946,7 @@ impl<'m> Context<'m> {
         let mut raw = unsafe { std::mem::zeroed::<sys::kt_perf>() };
         raw.struct_size = std::mem::size_of::<sys::kt_perf>() as u32;
         self.check(unsafe { sys::kt_context_perf(self.raw.as_ptr(), &mut raw) })?;
-        Ok(Perf {
-            n_prefill_tokens: raw.n_prefill_tokens,
-            prefill_seconds: raw.prefill_seconds,
-            n_decode_tokens: raw.n_decode_tokens,
-            decode_seconds: raw.decode_seconds,
-            attention_seconds: raw.attention_seconds,
-            experts_seconds: raw.experts_seconds,
-            dense_ffn_seconds: raw.dense_ffn_seconds,
-            head_seconds: raw.head_seconds,
-            other_seconds: raw.other_seconds,
-        })
+        Ok(raw)
     }
 }
 
@@ -1355,79 +1334,50 @@ impl GgufWriter {
         Err(Error::new(status, unsafe { owned_string(sys::kt_gguf_writer_last_error(self.raw.as_ptr())) }))
     }
 
+    /// Runs a setter on `key`: kt copies the value, and refuses a duplicate or bad key with a message naming it.
+    fn set(&mut self, key: &str, call: impl FnOnce(*mut sys::kt_gguf_writer, *const c_char) -> i32) -> Result<()> {
+        let k = c_string(key, "key")?;
+        self.check(call(self.raw.as_ptr(), k.as_ptr()))
+    }
+
     /// An integer of GGUF type `meta_type` (`sys::KT_META_UINT32`, ...); see kt.h for the ranges.
     pub fn set_int(&mut self, key: &str, meta_type: i32, value: i64) -> Result<()> {
-        let k = c_string(key, "key")?;
-        self.check(unsafe { sys::kt_gguf_writer_set_int(self.raw.as_ptr(), k.as_ptr(), meta_type, value) })
+        self.set(key, |w, k| unsafe { sys::kt_gguf_writer_set_int(w, k, meta_type, value) })
     }
     pub fn set_u32(&mut self, key: &str, value: u32) -> Result<()> {
         self.set_int(key, sys::KT_META_UINT32, value as i64)
     }
     pub fn set_u64(&mut self, key: &str, value: u64) -> Result<()> {
-        let k = c_string(key, "key")?;
-        self.check(unsafe { sys::kt_gguf_writer_set_uint64(self.raw.as_ptr(), k.as_ptr(), value) })
+        self.set(key, |w, k| unsafe { sys::kt_gguf_writer_set_uint64(w, k, value) })
     }
     pub fn set_f32(&mut self, key: &str, value: f32) -> Result<()> {
-        let k = c_string(key, "key")?;
-        self.check(unsafe {
-            sys::kt_gguf_writer_set_float(self.raw.as_ptr(), k.as_ptr(), sys::KT_META_FLOAT32, value as f64)
-        })
+        self.set(key, |w, k| unsafe { sys::kt_gguf_writer_set_float(w, k, sys::KT_META_FLOAT32, value as f64) })
     }
     pub fn set_f64(&mut self, key: &str, value: f64) -> Result<()> {
-        let k = c_string(key, "key")?;
-        self.check(unsafe { sys::kt_gguf_writer_set_float(self.raw.as_ptr(), k.as_ptr(), sys::KT_META_FLOAT64, value) })
+        self.set(key, |w, k| unsafe { sys::kt_gguf_writer_set_float(w, k, sys::KT_META_FLOAT64, value) })
     }
     pub fn set_bool(&mut self, key: &str, value: bool) -> Result<()> {
-        let k = c_string(key, "key")?;
-        self.check(unsafe { sys::kt_gguf_writer_set_bool(self.raw.as_ptr(), k.as_ptr(), value as i32) })
+        self.set(key, |w, k| unsafe { sys::kt_gguf_writer_set_bool(w, k, value as i32) })
     }
     pub fn set_string(&mut self, key: &str, value: &str) -> Result<()> {
-        let k = c_string(key, "key")?;
-        self.check(unsafe {
-            sys::kt_gguf_writer_set_string(
-                self.raw.as_ptr(),
-                k.as_ptr(),
-                value.as_ptr() as *const c_char,
-                value.len() as u64,
-            )
-        })
+        let (p, n) = (value.as_ptr() as *const c_char, value.len() as u64);
+        self.set(key, |w, k| unsafe { sys::kt_gguf_writer_set_string(w, k, p, n) })
+    }
+    fn set_array<T>(&mut self, key: &str, element_type: i32, values: &[T]) -> Result<()> {
+        let (p, n) = (values.as_ptr() as *const c_void, values.len() as u64);
+        self.set(key, |w, k| unsafe { sys::kt_gguf_writer_set_array(w, k, element_type, p, n) })
     }
     pub fn set_array_i32(&mut self, key: &str, values: &[i32]) -> Result<()> {
-        let k = c_string(key, "key")?;
-        self.check(unsafe {
-            sys::kt_gguf_writer_set_array(
-                self.raw.as_ptr(),
-                k.as_ptr(),
-                sys::KT_META_INT32,
-                values.as_ptr() as *const c_void,
-                values.len() as u64,
-            )
-        })
+        self.set_array(key, sys::KT_META_INT32, values)
     }
     pub fn set_array_f32(&mut self, key: &str, values: &[f32]) -> Result<()> {
-        let k = c_string(key, "key")?;
-        self.check(unsafe {
-            sys::kt_gguf_writer_set_array(
-                self.raw.as_ptr(),
-                k.as_ptr(),
-                sys::KT_META_FLOAT32,
-                values.as_ptr() as *const c_void,
-                values.len() as u64,
-            )
-        })
+        self.set_array(key, sys::KT_META_FLOAT32, values)
     }
     pub fn set_array_string(&mut self, key: &str, values: &[&str]) -> Result<()> {
-        let k = c_string(key, "key")?;
         let ptrs: Vec<*const c_char> = values.iter().map(|v| v.as_ptr() as *const c_char).collect();
         let lengths: Vec<u64> = values.iter().map(|v| v.len() as u64).collect();
-        self.check(unsafe {
-            sys::kt_gguf_writer_set_array_string(
-                self.raw.as_ptr(),
-                k.as_ptr(),
-                ptrs.as_ptr(),
-                lengths.as_ptr(),
-                values.len() as u64,
-            )
+        self.set(key, |w, k| unsafe {
+            sys::kt_gguf_writer_set_array_string(w, k, ptrs.as_ptr(), lengths.as_ptr(), values.len() as u64)
         })
     }
 

@@ -67,24 +67,33 @@ func TestLayoutsMatchC(t *testing.T) {
 			want[args[0]] = s
 		}
 	}
+	// Every struct the package uses must be C's or an older version of it (its fields a prefix of C's): kt accepts
+	// an older struct's size. Structs kt.h has and the package does not use are listed, not failures.
 	have := cLayouts()
-	if len(have) != len(order) || len(order) < 16 {
-		t.Fatalf("%d structs bound, %d in %s", len(have), len(order), path)
-	}
+	bound := map[string]bool{}
 	for _, h := range have {
+		bound[h.name] = true
 		w, ok := want[h.name]
 		if !ok {
 			t.Errorf("%s is not in %s", h.name, path)
 			continue
 		}
-		if h.size != w.size || len(h.fields) != len(w.fields) {
-			t.Errorf("%s: size %d with %d fields, C has %d with %d", h.name, h.size, len(h.fields), w.size, len(w.fields))
+		if len(h.fields) > len(w.fields) {
+			t.Errorf("%s: %d fields, C has %d", h.name, len(h.fields), len(w.fields))
 			continue
 		}
 		for i := range h.fields {
 			if h.fields[i] != w.fields[i] {
 				t.Errorf("%s: field %+v, C has %+v", h.name, h.fields[i], w.fields[i])
 			}
+		}
+		if len(h.fields) == len(w.fields) && h.size != w.size {
+			t.Errorf("%s: size %d, C has %d", h.name, h.size, w.size)
+		}
+	}
+	for _, name := range order {
+		if !bound[name] {
+			t.Logf("%s is in kt.h but not used by the package", name)
 		}
 	}
 }

@@ -86,13 +86,30 @@ fn c_layouts() -> BTreeMap<String, Layout> {
     all
 }
 
+/// A struct kt-sys declares must be C's, or an older version of it: its fields the first fields of C's, at the same
+/// offsets and sizes, and the same size when it has all of them (kt accepts an older struct's size: it is an older
+/// caller). Structs kt.h has and kt-sys does not (added after kt-sys was written) are listed, not failures.
 #[test]
 fn every_struct_has_the_c_layout() {
     let (rust, c) = (rust_layouts(), c_layouts());
-    let rust_names: Vec<&String> = rust.keys().collect();
-    let c_names: Vec<&String> = c.keys().collect();
-    assert_eq!(rust_names, c_names, "kt-sys declares other structs than kt.h");
-    for (name, want) in &c {
-        assert_eq!(&rust[name], want, "{}: kt-sys layout (size, fields) differs from C's", name);
+    for (name, (size, fields)) in &rust {
+        let (c_size, c_fields) = c.get(name).unwrap_or_else(|| panic!("{} is not a struct of kt.h", name));
+        assert!(
+            fields.len() <= c_fields.len() && fields[..] == c_fields[..fields.len()],
+            "{}: kt-sys fields {:?} are not a prefix of C's {:?}",
+            name,
+            fields,
+            c_fields
+        );
+        if fields.len() == c_fields.len() {
+            assert_eq!(size, c_size, "{}: kt-sys size differs from C's", name);
+        } else {
+            assert!(size <= c_size, "{}: kt-sys size {} beyond C's {}", name, size, c_size);
+            println!("{}: kt-sys has an older version ({} of {} fields)", name, fields.len(), c_fields.len());
+        }
     }
+    for name in c.keys().filter(|n| !rust.contains_key(*n)) {
+        println!("{} is in kt.h but not declared by kt-sys", name);
+    }
+    assert!(rust.len() >= 16);
 }

@@ -23,7 +23,9 @@ and kind). How kt-kernel's arguments map onto kt:
   - max_deferred_experts_per_token: kt-kernel's deferral. Per batch, the experts among each token's top
     (k - max_deferred) by weight run now; the others run as a second job whose result sync_forward of the next
     layer's wrapper (layer_idx + 1) adds to its own output, one layer late. 0 (default) defers nothing.
-  - cuda_stream arguments are accepted and unused: kt computes on the CPU and sync_forward returns host memory.
+    Deferred results wait in a table of this module keyed by layer index, so wrappers of one model per process.
+  - cuda_stream arguments are accepted and unused: kt computes on the CPU and sync_forward returns host memory;
+    cpu_save is accepted and does nothing (kt converts weights at load and writes no converted copy).
 """
 import os
 

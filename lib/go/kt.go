@@ -207,6 +207,47 @@ func (p *ExpertPool) raw() *C.kt_expert_pool  { return (*C.kt_expert_pool)(p.ptr
 func (w *GgufWriter) raw() *C.kt_gguf_writer  { return (*C.kt_gguf_writer)(w.ptr) }
 
 // ------------------------------------------------------------------------------------------------------------
+// Callbacks from kt into Go
+
+// goCallback is what a C callback's user_data leads to: the Go function, and the panic it raised, if any. A panic
+// must not unwind through kt's C frames: it is caught, the callback tells kt to stop, and the Go caller re-raises
+// it once kt has returned.
+type goCallback[T any] struct {
+	f        func(T) bool // true: go on
+	panicked interface{}
+}
+
+func (cb *goCallback[T]) call(v T) (stop C.int32_t) {
+	defer func() {
+		if r := recover(); r != nil {
+			cb.panicked, stop = r, 1
+		}
+	}()
+	if cb.f(v) {
+		return 0
+	}
+	return 1
+}
+
+func (cb *goCallback[T]) repanic() {
+	if cb.panicked != nil {
+		panic(cb.panicked)
+	}
+}
+
+// cHandle puts a cgo.Handle of v in C memory, as user_data must be (a struct kt reads may not point into Go
+// memory); release frees both.
+func cHandle(v interface{}) (userData unsafe.Pointer, release func()) {
+	p := (*cgo.Handle)(C.malloc(C.size_t(unsafe.Sizeof(cgo.Handle(0)))))
+	*p = cgo.NewHandle(v)
+	return unsafe.Pointer(p), func() { p.Delete(); C.free(unsafe.Pointer(p)) }
+}
+
+func callbackOf[T any](userData unsafe.Pointer) *goCallback[T] {
+	return (*(*cgo.Handle)(userData)).Value().(*goCallback[T])
+}
+
+// ------------------------------------------------------------------------------------------------------------
 // Logging
 
 var logMutex sync.Mutex
@@ -218,6 +259,7 @@ var logRunning atomic.Int32        // callbacks in progress
 func ktGoLog(level C.int32_t, message *C.char, userData unsafe.Pointer) {
 	logRunning.Add(1)
 	defer logRunning.Add(-1)
+	defer func() { _ = recover() }() // a panicking log callback loses its message, never the process
 	h := cgo.Handle(*(*C.uintptr_t)(userData))
 	h.Value().(func(int, string))(int(level), C.GoString(message))
 }
@@ -301,11 +343,7 @@ type ModelParams struct {
 
 //export ktGoProgress
 func ktGoProgress(progress C.float, userData unsafe.Pointer) C.int32_t {
-	f := (*(*cgo.Handle)(userData)).Value().(func(float32) bool)
-	if f(float32(progress)) {
-		return 0
-	}
-	return 1
+	return callbackOf[float32](userData).call(float32(progress))
 }
 
 // LoadModel loads a GGUF file with the default parameters.
@@ -321,20 +359,23 @@ func LoadModelWith(path string, params ModelParams) (*Model, error) {
 	if params.NoPrefetch {
 		p.prefetch = 0
 	}
+	var progress *goCallback[float32]
 	if params.Progress != nil {
-		// The handle lives in C memory: the params struct kt reads may not point into Go memory.
-		handle := (*cgo.Handle)(C.malloc(C.size_t(unsafe.Sizeof(cgo.Handle(0)))))
-		defer C.free(unsafe.Pointer(handle))
-		*handle = cgo.NewHandle(params.Progress)
-		defer handle.Delete()
+		progress = &goCallback[float32]{f: params.Progress}
+		userData, release := cHandle(progress)
+		defer release()
 		p.progress_callback = C.kt_progress_callback(C.ktGoProgress)
-		p.progress_user_data = unsafe.Pointer(handle)
+		p.progress_user_data = userData
 	}
 	cpath := cString(path)
 	defer C.free(unsafe.Pointer(cpath))
 	var h *C.kt_model
 	e := newErrorStruct()
-	if status := C.kt_model_load(cpath, &p, &h, &e); status != C.KT_STATUS_OK {
+	status := C.kt_model_load(cpath, &p, &h, &e)
+	if progress != nil {
+		progress.repanic()
+	}
+	if status != C.KT_STATUS_OK {
 		return nil, fromErrorStruct(status, &e)
 	}
 	m := &Model{}
@@ -833,11 +874,7 @@ type Generation struct {
 
 //export ktGoToken
 func ktGoToken(token C.int32_t, userData unsafe.Pointer) C.int32_t {
-	f := (*(*cgo.Handle)(userData)).Value().(func(int32) bool)
-	if f(int32(token)) {
-		return 0
-	}
-	return 1
+	return callbackOf[int32](userData).call(int32(token))
 }
 
 // Generate decodes prompt (may be empty to continue), then samples and decodes up to maxTokens tokens, stopping at
@@ -856,15 +893,14 @@ func (c *Context) Generate(prompt []int32, maxTokens int, s *Sampler, stop []int
 		*sampler = s.raw()
 		p.sampler = sampler
 	}
-	handle := (*cgo.Handle)(C.malloc(C.size_t(unsafe.Sizeof(cgo.Handle(0)))))
-	defer C.free(unsafe.Pointer(handle))
 	if onToken == nil {
 		onToken = func(int32) bool { return true }
 	}
-	*handle = cgo.NewHandle(onToken)
-	defer handle.Delete()
+	callback := &goCallback[int32]{f: onToken}
+	userData, release := cHandle(callback)
+	defer release()
 	p.on_token = C.kt_token_callback(C.ktGoToken)
-	p.user_data = unsafe.Pointer(handle)
+	p.user_data = userData
 	out := (*C.int32_t)(C.malloc(C.size_t(maxTokens+1) * 4))
 	defer C.free(unsafe.Pointer(out))
 	var n C.int64_t
@@ -872,7 +908,9 @@ func (c *Context) Generate(prompt []int32, maxTokens int, s *Sampler, stop []int
 	err := withTokens(stop, func(stopTokens *C.int32_t) error {
 		p.stop_tokens, p.n_stop_tokens = stopTokens, C.int64_t(len(stop))
 		return withTokens(prompt, func(pr *C.int32_t) error {
-			return c.check(C.kt_context_generate(c.raw(), pr, C.int64_t(len(prompt)), &p, out, C.int64_t(maxTokens), &n, &why))
+			status := C.kt_context_generate(c.raw(), pr, C.int64_t(len(prompt)), &p, out, C.int64_t(maxTokens), &n, &why)
+			callback.repanic()
+			return c.check(status)
 		})
 	})
 	if err != nil {
@@ -1327,11 +1365,9 @@ func (w *GgufWriter) ExpectedTensors() ([]TensorSpec, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out []TensorSpec
-	handle := (*cgo.Handle)(C.malloc(C.size_t(unsafe.Sizeof(cgo.Handle(0)))))
-	defer C.free(unsafe.Pointer(handle))
-	*handle = cgo.NewHandle(&out)
-	defer handle.Delete()
-	s := C.kt_gguf_writer_expected_tensors(w.raw(), C.kt_tensor_spec_callback(C.ktGoTensorSpec), unsafe.Pointer(handle))
+	userData, release := cHandle(&out)
+	defer release()
+	s := C.kt_gguf_writer_expected_tensors(w.raw(), C.kt_tensor_spec_callback(C.ktGoTensorSpec), userData)
 	if s != C.KT_STATUS_OK {
 		return nil, &Error{int(s), C.GoString(C.kt_gguf_writer_last_error(w.raw()))}
 	}

@@ -237,6 +237,14 @@ func TestGreedyGenerationMatchesArgmaxAndStreams(t *testing.T) {
 	if err := c.Decode([]int32{1 << 30}, LogitsLast); err == nil || c.NPast() != int64(len(prompt)) {
 		t.Fatal("a bad token was decoded", err)
 	}
+	func() {
+		defer func() {
+			if r := recover(); r != "from onToken" {
+				t.Fatalf("the callback's panic came back as %v", r)
+			}
+		}()
+		c.Generate(nil, 20, nil, nil, func(int32) bool { panic("from onToken") })
+	}()
 	stopAt := 0
 	g, err := c.Generate(nil, 20, nil, nil, func(int32) bool { stopAt++; return stopAt < 3 })
 	if err != nil || len(g.Tokens) != 3 || g.Stop != StopCallback {

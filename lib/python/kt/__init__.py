@@ -392,14 +392,20 @@ class Model(_Handle):
         params = _ModelParams()
         _lib().kt_model_params_init(ctypes.byref(params))
         params.use_mmap, params.prefetch = int(use_mmap), int(prefetch)
+        failure = []
         if progress is not None:
             def report(fraction, _user_data):
                 try:
                     return 1 if progress(fraction) else 0
-                except Exception:  # noqa: BLE001: an exception cannot cross into C; it cancels the load
+                except BaseException as e:  # noqa: BLE001: it cannot cross into C; it cancels and is re-raised
+                    failure.append(e)
                     return 1
             params.progress_callback = _PROGRESS(report)
-        self._handle = _construct(_lib().kt_model_load, os.fsencode(path), ctypes.byref(params))
+        try:
+            self._handle = _construct(_lib().kt_model_load, os.fsencode(path), ctypes.byref(params))
+        finally:
+            if failure:
+                raise failure[0]
 
     def close(self):
         """Frees the model; refused (kt.Error, STATUS_MISUSE) while a Context or Detokenizer made from it is open."""
@@ -675,7 +681,7 @@ class Context(_Handle):
             def report(token, _user_data):
                 try:
                     return 1 if on_token(token) else 0
-                except Exception as e:  # noqa: BLE001: an exception cannot cross into C; it stops and is re-raised
+                except BaseException as e:  # noqa: BLE001: it cannot cross into C; it stops and is re-raised
                     failure.append(e)
                     return 1
             params.on_token = _TOKEN(report)

@@ -213,6 +213,13 @@ class TinyModelTest(unittest.TestCase):
             kt.Model(TINY_MODEL, progress=lambda fraction: True)
         self.assertEqual(cm.exception.status, kt.STATUS_CANCELLED)
 
+        def broken(fraction):
+            raise KeyError("from progress")
+        with self.assertRaises(KeyError):  # an exception in a callback stops kt and reaches the caller
+            kt.Model(TINY_MODEL, progress=broken)
+        with kt.Context(self.model, n_ctx=32) as ctx, self.assertRaises(ZeroDivisionError):
+            ctx.generate(self.model.tokenize("And"), 5, on_token=lambda t: 1 / 0)
+
 
 # ---- expert pools and KTMoEWrapper against NumPy ----
 

@@ -123,9 +123,43 @@ fn invalid(message: impl Into<String>) -> Error {
     Error::new(sys::KT_STATUS_INVALID_ARGUMENT, message)
 }
 
-/// Runs a callback body from C without letting a panic unwind into kt; a panic counts as "stop".
+/// Runs a callback body from C without letting a panic unwind into kt; a panic counts as "stop" (and is lost: used
+/// where there is no caller to give it back to).
 fn guarded<T>(stop: T, body: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(body)).unwrap_or(stop)
+}
+
+/// What the user_data of a progress or token callback points at: the caller's closure, and its panic, if it
+/// panicked. A panic must not unwind through kt's C frames: it is caught, kt is told to stop, and the panic resumes
+/// in the caller once kt has returned.
+struct Callback<'f, T> {
+    f: &'f mut dyn FnMut(T) -> bool, // true: go on
+    panic: Option<Box<dyn std::any::Any + Send>>,
+}
+
+impl<'f, T> Callback<'f, T> {
+    fn user_data(&mut self) -> *mut c_void {
+        self as *mut Self as *mut c_void
+    }
+
+    /// The C side: 0 to go on, 1 to stop.
+    unsafe fn call(user_data: *mut c_void, value: T) -> i32 {
+        let cb = &mut *(user_data as *mut Callback<'_, T>);
+        match catch_unwind(AssertUnwindSafe(|| (cb.f)(value))) {
+            Ok(true) => 0,
+            Ok(false) => 1,
+            Err(panic) => {
+                cb.panic = Some(panic);
+                1
+            }
+        }
+    }
+
+    fn resume_panic(&mut self) {
+        if let Some(panic) = self.panic.take() {
+            std::panic::resume_unwind(panic);
+        }
+    }
 }
 
 /// Buffer-filling calls: ask for the size, then fill (kt.h's size negotiation: BUFFER_TOO_SMALL reports the size).
@@ -306,8 +340,7 @@ pub struct TensorInfo {
 }
 
 unsafe extern "C" fn progress_trampoline(progress: f32, user_data: *mut c_void) -> i32 {
-    let f = &mut *(user_data as *mut &mut dyn FnMut(f32) -> bool);
-    guarded(1, || if f(progress) { 0 } else { 1 })
+    Callback::<f32>::call(user_data, progress)
 }
 
 impl Model {
@@ -331,14 +364,17 @@ impl Model {
         };
         p.use_mmap = params.use_mmap as i32;
         p.prefetch = params.prefetch as i32;
-        let mut callback: Option<&mut dyn FnMut(f32) -> bool> = progress.take();
-        if let Some(f) = callback.as_mut() {
+        let mut callback = progress.take().map(|f| Callback { f, panic: None });
+        if let Some(cb) = callback.as_mut() {
             p.progress_callback = Some(progress_trampoline);
-            p.progress_user_data = f as *mut &mut dyn FnMut(f32) -> bool as *mut c_void;
+            p.progress_user_data = cb.user_data();
         }
         let mut raw = ptr::null_mut();
         let mut err = new_error_struct();
         let status = unsafe { sys::kt_model_load(cpath.as_ptr(), &p, &mut raw, &mut err) };
+        if let Some(cb) = callback.as_mut() {
+            cb.resume_panic();
+        }
         if status != sys::KT_STATUS_OK {
             return Err(from_error_struct(status, &err));
         }
@@ -830,8 +866,7 @@ pub struct Context<'m> {
 unsafe impl Send for Context<'_> {}
 
 unsafe extern "C" fn token_trampoline(token: i32, user_data: *mut c_void) -> i32 {
-    let f = &mut *(user_data as *mut &mut dyn FnMut(i32) -> bool);
-    guarded(1, || if f(token) { 0 } else { 1 })
+    Callback::<i32>::call(user_data, token)
 }
 
 impl<'m> Context<'m> {
@@ -910,12 +945,12 @@ impl<'m> Context<'m> {
         p.stop_tokens = if stop_tokens.is_empty() { ptr::null() } else { stop_tokens.as_ptr() };
         p.n_stop_tokens = stop_tokens.len() as i64;
         p.sampler = sampler.map_or(ptr::null(), |s| &s.raw as *const sys::kt_sampler_params);
-        let mut f: &mut dyn FnMut(i32) -> bool = &mut on_token;
+        let mut callback = Callback { f: &mut on_token, panic: None };
         p.on_token = Some(token_trampoline);
-        p.user_data = &mut f as *mut &mut dyn FnMut(i32) -> bool as *mut c_void;
+        p.user_data = callback.user_data();
         let mut tokens = vec![0i32; max_tokens];
         let (mut n, mut why) = (0i64, 0i32);
-        self.check(unsafe {
+        let status = unsafe {
             sys::kt_context_generate(
                 self.raw.as_ptr(),
                 prompt.as_ptr(),
@@ -926,7 +961,9 @@ impl<'m> Context<'m> {
                 &mut n,
                 &mut why,
             )
-        })?;
+        };
+        callback.resume_panic();
+        self.check(status)?;
         tokens.truncate(n as usize);
         let stop = match why {
             sys::KT_STOP_TOKEN => StopReason::StopToken,

@@ -116,6 +116,11 @@ fn a_callback_stops_generation_and_sampling_is_seeded() {
         })
         .unwrap();
     assert_eq!((g.tokens.len(), g.stop), (3, StopReason::Callback));
+    // A panic in the callback stops kt and comes back to the caller, not through kt's C frames.
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = ctx.generate(&[], 10, None, &[], |_| panic!("from on_token"));
+    }));
+    assert_eq!(*panicked.unwrap_err().downcast::<&str>().unwrap(), "from on_token");
     let sampler = Sampler::default().temperature(0.9).seed(42);
     let draw = || {
         let mut c = Context::new(&m, &params()).unwrap();

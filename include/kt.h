@@ -2,17 +2,35 @@
  * kt.h: the C ABI of libkt, CPU-first inference for Mixture-of-Experts language models.
  *
  * This is the only public header. It is C99, uses fixed-width types in every struct, and is stable within a
- * major version: functions and status codes are only ever added; fields are only ever appended to params
- * structs (each starts with `struct_size`, so old callers keep working).
+ * major version: functions and status codes are only ever added; fields are only ever appended to structs.
+ * What is marked EXPERIMENTAL (the roofline probes, CUDA, the expert pool's tuning knobs) may change or go away in
+ * any minor version; language bindings leave it out or mark it so too. Everything else is stable.
  *
  * Rules every function follows:
  *   - It never aborts, exits, throws or prints. Failures return a kt_status; the detailed message (which file,
- *     key, tensor, byte offset) is kept per handle: kt_model_last_error(model), or in the caller's optional
- *     kt_error for constructors. There is no thread-local "last error": consecutive calls may come from
- *     different OS threads (Go does this).
+ *     key, tensor, byte offset) is kept per handle (kt_model_last_error(model) ...), or in the caller's optional
+ *     kt_error for constructors. There is no process-wide "last error". A handle used by one thread at a time
+ *     (context, GGUF writer, detokenizer) keeps the message of its last failed call, whichever thread read it. A
+ *     handle that threads share (model, expert pool) keeps one message per thread: the thread whose call failed
+ *     reads its own, unaffected by other threads' calls, so it must ask from the same OS thread (Go: within one
+ *     runtime.LockOSThread section).
  *   - Out-parameters are written only on success, unless stated otherwise.
- *   - Every *_create / *_load has a *_free; *_free(NULL) is a no-op.
- *   - Callbacks always receive the caller's `void *user_data`.
+ *   - Every *_create / *_load has a *_free; *_free(NULL) is a no-op; *_last_error(NULL) gives a fixed message.
+ *   - Callbacks always receive the caller's `void *user_data`, and all return 0 to go on and non-zero to stop
+ *     (cancel, abandon), except the log callback, which returns nothing.
+ *
+ * Structs and struct_size. Every struct that may grow starts with `uint32_t struct_size`, which the caller sets to
+ * sizeof the struct it was compiled with (the *_init functions do it). kt accepts any size the struct has had in
+ * some version of this header and any larger size, and refuses others (smaller than the first version, or ending
+ * inside a field) with KT_STATUS_INVALID_ARGUMENT:
+ *   - structs the caller passes (params): fields beyond the caller's size read as 0, so every field appended to a
+ *     struct is defined so that 0 keeps the behaviour from before it existed; fields of a larger (newer) struct
+ *     that this library does not know are ignored;
+ *   - structs kt fills (info, perf, kt_error): kt writes the caller's size, no more: an older caller gets the
+ *     fields it knows, a newer one gets 0 in the fields this library does not know. struct_size is kept.
+ *   - structs kt passes to a callback (kt_tensor_spec) carry the size kt filled: a caller reads fields beyond its
+ *     own sizeof only when struct_size covers them.
+ * kt_chat_message has no struct_size: it is an array element and never grows.
  *
  * Version check idiom (as in sqlite):
  *     assert(kt_version_number() == KT_VERSION_NUMBER);   // header and library agree exactly
@@ -85,7 +103,7 @@ typedef struct kt_error {
 } kt_error;
 
 /* ------------------------------------------------------------------------------------------------------------ */
-/* Backends                                                                                                      */
+/* Backends. EXPERIMENTAL: the CUDA functions may change in any minor version.                                  */
 
 /* Number of CUDA devices this process can use (0 when there is no driver or no GPU: a normal situation).
  * KT_STATUS_UNSUPPORTED when libkt was built without CUDA. */
@@ -100,10 +118,14 @@ KT_API kt_status kt_cuda_device_count(int32_t *out_count);
 #define KT_LOG_DEBUG 3
 
 /* `message` is NUL-terminated without a trailing newline and valid only during the call. The callback may be
- * invoked from kt's worker threads; it must be thread-safe. */
+ * invoked from kt's worker threads, several at once; it must be thread-safe. It runs outside kt's locks, so it
+ * may call any kt function, kt_log_set included; what kt logs on that thread while the callback runs is dropped
+ * (never delivered recursively). */
 typedef void (*kt_log_callback)(int32_t level, const char *message, void *user_data);
 
-/* Installs the process-wide log callback (NULL: silence) and the most verbose level delivered. Thread-safe. */
+/* Installs the process-wide log callback (NULL: silence) and the most verbose level delivered. Thread-safe. When it
+ * returns, the callback it replaced is not running on any thread and will not be called again, so its user_data
+ * may be freed; except when kt_log_set is called from inside a log callback, where it does not wait. */
 KT_API void kt_log_set(kt_log_callback callback, void *user_data, int32_t max_level);
 
 /* ------------------------------------------------------------------------------------------------------------ */
@@ -144,8 +166,7 @@ KT_API int64_t kt_type_block_bytes(int32_t type);
 typedef struct kt_model kt_model;
 
 /* Called during loading with the fraction done in [0, 1] (monotone; 1 is reported exactly once, at the end).
- * Return non-zero to continue, 0 to cancel: kt_model_load then frees everything and returns
- * KT_STATUS_CANCELLED. */
+ * Return 0 to continue, non-zero to cancel: kt_model_load then frees everything and returns KT_STATUS_CANCELLED. */
 typedef int32_t (*kt_progress_callback)(float progress, void *user_data);
 
 typedef struct kt_model_params {
@@ -170,9 +191,9 @@ KT_API kt_status kt_model_load(const char *path, const kt_model_params *params, 
                                kt_error *err);
 KT_API void kt_model_free(kt_model *model);
 
-/* The message of the last failed call on this model ("" if none). Valid until the next failing call on the
- * same model or kt_model_free. Calls that only read a model record their error under a lock, so concurrent
- * readers are safe; which message survives is then unspecified. */
+/* The message of the calling thread's last failed call on this model ("" if none): other threads' calls on the
+ * same model never change it. Valid until this thread's next failing call on the model, or kt_model_free.
+ * "model is NULL" for NULL. */
 KT_API const char *kt_model_last_error(const kt_model *model);
 
 /* ---- metadata ---- */
@@ -323,6 +344,9 @@ typedef struct kt_gguf_writer kt_gguf_writer;
  * (KT_STATUS_INVALID_ARGUMENT for a bad alignment or a NULL out_writer, KT_STATUS_OUT_OF_MEMORY) *out_writer is
  * set to NULL. Free with kt_gguf_writer_free. */
 KT_API kt_status kt_gguf_writer_create(uint32_t alignment, kt_gguf_writer **out_writer);
+/* As kt_gguf_writer_create, and `err` (may be NULL) receives the status and message on failure, as every other
+ * constructor's does. */
+KT_API kt_status kt_gguf_writer_create_v2(uint32_t alignment, kt_gguf_writer **out_writer, kt_error *err);
 KT_API void kt_gguf_writer_free(kt_gguf_writer *writer);
 
 /* The message of the last failed call on this writer ("" if none). Valid until the next failing call on it or
@@ -558,6 +582,7 @@ KT_API kt_status kt_context_perf(const kt_context *context, kt_perf *out_perf);
 KT_API void kt_context_perf_reset(kt_context *context);
 
 /* ------------------------------------------------------------------------------------------------------------ */
+/* EXPERIMENTAL (the probes and their fields may change in any minor version).                                  */
 /* The machine's roofline, for benchmarks: memory read bandwidth and the int8 and bf16 dot-product peaks,      */
 /* measured now with the given threads, so that results can be stated as a fraction of what the machine does.   */
 
@@ -676,6 +701,7 @@ typedef struct kt_expert_pool_params {
     float swiglu_limit;         /* > 0: gate = min(gate, limit), up = clamp(up, -limit, limit) first. Default 0 */
     float swiglu_alpha;         /* > 0: gate * sigmoid(alpha * gate) * (up + 1) instead of silu(gate) * up. Default 0 */
     int32_t max_in_flight;      /* jobs kt_expert_pool_submit may queue before it blocks. Default 4 */
+    /* EXPERIMENTAL tuning knobs (they may be ignored or change meaning in a minor version): */
     int32_t spin_microseconds;  /* how long idle workers spin before sleeping. Default 100 */
     int32_t private_threads;    /* 0 (default): pools with equal n_threads, numa and spin settings share one set of
                                    worker threads, one job queue (FIFO across those pools) and one scratch memory, as
@@ -691,7 +717,8 @@ KT_API void kt_expert_pool_params_init(kt_expert_pool_params *params);
 KT_API kt_status kt_expert_pool_create(const kt_expert_pool_params *params, kt_expert_pool **out_pool, kt_error *err);
 /* Waits for queued jobs, stops the threads and frees everything. NULL is a no-op. */
 KT_API void kt_expert_pool_free(kt_expert_pool *pool);
-/* The message of the last failed call on this pool ("" if none); valid until the next failing call or free. */
+/* The message of the calling thread's last failed call on this pool ("" if none), as for kt_model_last_error:
+ * other threads' calls never change it. Valid until this thread's next failing call on the pool, or free. */
 KT_API const char *kt_expert_pool_last_error(const kt_expert_pool *pool);
 
 /* Loads blk.<layer>.ffn_gate_exps.weight, ffn_up_exps and ffn_down_exps from a model (any tensor type kt reads),

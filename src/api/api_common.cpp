@@ -1,6 +1,9 @@
 // Version, build information, status strings, logging and type queries.
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "api/api_internal.h"
@@ -10,15 +13,78 @@
 #include "kt_git_revision.h"  // generated at build time (src/api/CMakeLists.txt)
 #include "ops/types.h"
 
+// ---- per-thread error messages of shared handles ----
+
+struct kt_thread_error_slot::Messages {
+    std::mutex mutex;
+    std::unordered_map<std::thread::id, std::string> by_thread;  // node-based: a string never moves
+};
+
+namespace {
+
+// The slots this thread has written a message to. When the thread exits, its messages are erased from the slots
+// whose handles still exist, so a long-lived handle never accumulates the messages of threads that are gone.
+class ThreadMessages {
+public:
+    ~ThreadMessages() {
+        destroyed_ = true;
+        for (const std::weak_ptr<kt_thread_error_slot::Messages> &w : slots_) {
+            if (std::shared_ptr<kt_thread_error_slot::Messages> m = w.lock()) {
+                std::lock_guard<std::mutex> lock(m->mutex);
+                m->by_thread.erase(std::this_thread::get_id());
+            }
+        }
+    }
+
+    void note(const std::shared_ptr<kt_thread_error_slot::Messages> &m) {
+        slots_.erase(std::remove_if(slots_.begin(), slots_.end(), [](const auto &w) { return w.expired(); }),
+                     slots_.end());
+        for (const auto &w : slots_)
+            if (w.lock() == m) return;
+        slots_.push_back(m);
+    }
+
+    // A kt call that fails while this thread's thread_locals are being destroyed must not touch this object; its
+    // message then stays in the slot until the handle is freed.
+    static bool destroyed() { return destroyed_; }
+
+private:
+    std::vector<std::weak_ptr<kt_thread_error_slot::Messages>> slots_;
+    static thread_local bool destroyed_;
+};
+
+thread_local bool ThreadMessages::destroyed_ = false;
+thread_local ThreadMessages t_thread_messages;
+
+}  // namespace
+
+kt_thread_error_slot::kt_thread_error_slot() : messages_(std::make_shared<Messages>()) {}
+kt_thread_error_slot::~kt_thread_error_slot() = default;
+
+void kt_thread_error_slot::set(const std::string &m) const {
+    {
+        std::lock_guard<std::mutex> lock(messages_->mutex);
+        messages_->by_thread[std::this_thread::get_id()] = m;
+    }
+    if (!ThreadMessages::destroyed()) t_thread_messages.note(messages_);
+}
+
+const char *kt_thread_error_slot::get() const {
+    std::lock_guard<std::mutex> lock(messages_->mutex);
+    const auto it = messages_->by_thread.find(std::this_thread::get_id());
+    return it == messages_->by_thread.end() ? "" : it->second.c_str();
+}
+
 namespace kt::api {
 
 void fill_error(kt_error *err, const Status &status) noexcept {
-    if (!err || err->struct_size < sizeof(kt_error)) return;
-    err->status = status.code();
+    if (!err || !struct_size_ok<kt_error>(err->struct_size)) return;  // nowhere to say so: the status still does
+    kt_error e = kt::api::zeroed_struct<kt_error>();
+    e.status = status.code();
     const std::string &m = status.message();
-    const size_t n = m.size() < KT_ERROR_MESSAGE_CAPACITY - 1 ? m.size() : KT_ERROR_MESSAGE_CAPACITY - 1;
-    std::memcpy(err->message, m.data(), n);
-    err->message[n] = '\0';
+    const size_t n = std::min<size_t>(m.size(), KT_ERROR_MESSAGE_CAPACITY - 1);
+    std::memcpy(e.message, m.data(), n);
+    (void)write_struct(e, err, "kt_error");
 }
 
 namespace {

@@ -21,18 +21,6 @@ Status require(bool condition, const char *what) {
     return Status::error(KT_STATUS_INVALID_ARGUMENT, "%s", what);
 }
 
-// Copies the prefix of a caller's params struct that its struct_size covers over the defaults, so that a caller
-// built against an older, shorter struct keeps the defaults of the fields it does not know.
-template <typename Params>
-Status copy_params(const Params *given, size_t min_size, const char *what, Params *p) {
-    if (!given) return Status::ok();
-    KT_RETURN_IF(given->struct_size < min_size, KT_STATUS_INVALID_ARGUMENT,
-                 "%s: struct_size %u is too small (use the *_params_init function)", what, given->struct_size);
-    std::memcpy(p, given, std::min<size_t>(given->struct_size, sizeof *p));
-    p->struct_size = sizeof *p;
-    return Status::ok();
-}
-
 // The model prepared for `kernels`, built once per kt_model and shared. n_threads: the expert engine's (the first
 // AUTO context's choice).
 Status prepared_model(kt_model *model, int32_t kernels, int32_t n_threads, std::shared_ptr<const kt::model::Model> *out) {
@@ -108,8 +96,7 @@ Status read_sampler(const kt_sampler_params *given, kt::runtime::SamplerParams *
         return Status::ok();
     }
     kt_sampler_params p;
-    kt_sampler_params_init(&p);
-    KT_TRY(copy_params(given, offsetof(kt_sampler_params, seed) + sizeof(uint64_t), "kt_sampler_params", &p));
+    KT_TRY(kt::api::read_struct(given, &p, "kt_sampler_params"));
     KT_TRY(require(p.reserved0 == 0, "kt_sampler_params.reserved0 must be 0"));
     KT_TRY(require(p.repeat_last_n >= -1, "kt_sampler_params.repeat_last_n must be >= -1"));
     KT_TRY(require(p.repeat_penalty > 0.0f, "kt_sampler_params.repeat_penalty must be positive"));
@@ -125,8 +112,7 @@ extern "C" {
 
 KT_API void kt_context_params_init(kt_context_params *params) {
     if (!params) return;
-    std::memset(params, 0, sizeof *params);
-    params->struct_size = sizeof *params;
+    *params = kt::api::zeroed_struct<kt_context_params>();
     params->n_batch = 512;
     params->kv_type = KT_TYPE_F16;
     params->kernels = KT_KERNELS_AUTO;
@@ -138,7 +124,7 @@ KT_API kt_status kt_context_create(kt_model *model, const kt_context_params *par
     kt_context_params p;
     kt_context_params_init(&p);
     Status s = guard([&]() -> Status {
-        KT_TRY(copy_params(params, offsetof(kt_context_params, abort_user_data) + sizeof(void *), "kt_context_create", &p));
+        if (params) KT_TRY(kt::api::read_struct(params, &p, "kt_context_create: params"));
         return create_context(model, p, out_context);
     });
     kt::api::fill_error(err, s);
@@ -191,8 +177,7 @@ KT_API void kt_context_reset(kt_context *context) {
 
 KT_API void kt_sampler_params_init(kt_sampler_params *params) {
     if (!params) return;
-    std::memset(params, 0, sizeof *params);
-    params->struct_size = sizeof *params;
+    *params = kt::api::zeroed_struct<kt_sampler_params>();
     params->temperature = 0.8f;
     params->top_k = 40;
     params->top_p = 0.95f;
@@ -213,8 +198,7 @@ KT_API kt_status kt_context_sample(kt_context *context, const kt_sampler_params 
 
 KT_API void kt_generate_params_init(kt_generate_params *params) {
     if (!params) return;
-    std::memset(params, 0, sizeof *params);
-    params->struct_size = sizeof *params;
+    *params = kt::api::zeroed_struct<kt_generate_params>();
     params->max_tokens = 128;
 }
 
@@ -229,7 +213,7 @@ KT_API kt_status kt_context_generate(kt_context *context, const int32_t *prompt,
         KT_TRY(require(out_tokens != nullptr || capacity == 0, "kt_context_generate: out_tokens is NULL"));
         kt_generate_params p;
         kt_generate_params_init(&p);
-        KT_TRY(copy_params(params, offsetof(kt_generate_params, user_data) + sizeof(void *), "kt_generate_params", &p));
+        if (params) KT_TRY(kt::api::read_struct(params, &p, "kt_context_generate: params"));
         KT_TRY(require(p.reserved0 == 0, "kt_generate_params.reserved0 must be 0"));
         KT_TRY(require(p.stop_tokens != nullptr || p.n_stop_tokens == 0, "kt_generate_params.stop_tokens is NULL"));
         KT_TRY(require(p.n_stop_tokens >= 0, "kt_generate_params.n_stop_tokens is negative"));
@@ -257,24 +241,20 @@ KT_API kt_status kt_context_perf(const kt_context *context, kt_perf *out_perf) {
     return guard_on(context, [&]() -> Status {
         KT_TRY(check_context(context));
         KT_TRY(require(out_perf != nullptr, "kt_context_perf: out_perf is NULL"));
-        KT_TRY(require(out_perf->struct_size >= sizeof(kt_perf),
-                       "kt_context_perf: out_perf->struct_size is smaller than this library's kt_perf"));
         const kt::runtime::PerfCounters &c = context->context->perf();
-        const uint32_t size = out_perf->struct_size;
-        std::memset(out_perf, 0, sizeof(kt_perf));
-        out_perf->struct_size = size;
-        out_perf->n_prefill_tokens = c.n_prefill_tokens;
-        out_perf->prefill_seconds = c.prefill_seconds;
-        out_perf->n_decode_tokens = c.n_decode_tokens;
-        out_perf->decode_seconds = c.decode_seconds;
+        kt_perf perf = kt::api::zeroed_struct<kt_perf>();
+        perf.n_prefill_tokens = c.n_prefill_tokens;
+        perf.prefill_seconds = c.prefill_seconds;
+        perf.n_decode_tokens = c.n_decode_tokens;
+        perf.decode_seconds = c.decode_seconds;
         using kt::model::Phase;
         auto phase = [&](Phase p) { return c.phase_seconds[static_cast<int>(p)]; };
-        out_perf->attention_seconds = phase(Phase::kAttention);
-        out_perf->experts_seconds = phase(Phase::kExperts);
-        out_perf->dense_ffn_seconds = phase(Phase::kDenseFfn);
-        out_perf->head_seconds = phase(Phase::kHead);
-        out_perf->other_seconds = phase(Phase::kOther);
-        return Status::ok();
+        perf.attention_seconds = phase(Phase::kAttention);
+        perf.experts_seconds = phase(Phase::kExperts);
+        perf.dense_ffn_seconds = phase(Phase::kDenseFfn);
+        perf.head_seconds = phase(Phase::kHead);
+        perf.other_seconds = phase(Phase::kOther);
+        return kt::api::write_struct(perf, out_perf, "kt_context_perf: out_perf");
     });
 }
 

@@ -14,20 +14,11 @@ using kt::api::guard_on;
 
 struct kt_expert_pool {
     std::unique_ptr<kt::moe::ExpertPool> pool;
-    kt_error_slot error;
+    kt_thread_error_slot error;  // a pool takes calls from any thread
     std::string formats, description;  // backing store for kt_expert_pool_info strings
 };
 
 namespace {
-
-// Reads a caller's params struct of any size up to ours (older callers pass a smaller struct_size).
-template <typename T>
-Status read_params(const T *in, T *out, const char *what) {
-    KT_RETURN_IF(in->struct_size < sizeof(uint32_t) * 2 || in->struct_size > sizeof(T), KT_STATUS_INVALID_ARGUMENT,
-                 "%s: struct_size %u is not one kt knows (this kt: %zu)", what, in->struct_size, sizeof(T));
-    std::memcpy(static_cast<void *>(out), in, in->struct_size);
-    return Status::ok();
-}
 
 Status make_config(const kt_expert_pool_params &p, kt::moe::ExpertPoolConfig *c) {
     KT_RETURN_IF(p.n_experts < 1 || p.hidden_size < 1 || p.intermediate_size < 1, KT_STATUS_INVALID_ARGUMENT,
@@ -82,8 +73,7 @@ Status make_config(const kt_expert_pool_params &p, kt::moe::ExpertPoolConfig *c)
 Status to_forward_args(const kt_expert_forward *in, kt::moe::ForwardArgs *out) {
     KT_RETURN_IF(!in, KT_STATUS_INVALID_ARGUMENT, "expert pool: args is NULL");
     kt_expert_forward a;
-    kt_expert_forward_init(&a);
-    KT_TRY(read_params(in, &a, "kt_expert_forward"));
+    KT_TRY(kt::api::read_struct(in, &a, "kt_expert_forward"));
     KT_RETURN_IF(a.reserved0 != 0, KT_STATUS_INVALID_ARGUMENT, "expert pool: args.reserved0 must be 0");
     KT_RETURN_IF(a.ids_type != KT_TYPE_I32 && a.ids_type != KT_TYPE_I64, KT_STATUS_INVALID_ARGUMENT,
                  "expert pool: ids_type %d (KT_TYPE_I32 or KT_TYPE_I64)", a.ids_type);
@@ -148,27 +138,23 @@ KT_API const char *kt_isa_name(int32_t level) {
 static_assert(kt::cpu::kIsaLevels == KT_ISA_AMX + 1, "kt_gemm_counts indexes its arrays by KT_ISA_*");
 
 KT_API kt_status kt_get_gemm_counts(kt_gemm_counts *out) {
-    if (!out || out->struct_size < sizeof(uint32_t) * 2 || out->struct_size > sizeof(kt_gemm_counts))
-        return KT_STATUS_INVALID_ARGUMENT;
+    if (!out) return KT_STATUS_INVALID_ARGUMENT;
     const kt::cpu::GemmCounts c = kt::cpu::process_gemm_counts();
-    kt_gemm_counts r{};
-    r.struct_size = out->struct_size;
+    kt_gemm_counts r = kt::api::zeroed_struct<kt_gemm_counts>();
     for (int l = 0; l < 4; ++l) {
         r.calls[l] = c.calls[l];
         r.int8_macs[l] = c.int8_macs[l];
         r.bf16_macs[l] = c.bf16_macs[l];
     }
     r.amx_fallbacks = c.amx_fallbacks;
-    std::memcpy(static_cast<void *>(out), &r, out->struct_size);
-    return KT_STATUS_OK;
+    return kt::api::write_struct(r, out, "kt_get_gemm_counts: out").code();
 }
 
 // ---- expert pools ----
 
 KT_API void kt_expert_pool_params_init(kt_expert_pool_params *p) {
     if (!p) return;
-    std::memset(static_cast<void *>(p), 0, sizeof *p);
-    p->struct_size = sizeof *p;
+    *p = kt::api::zeroed_struct<kt_expert_pool_params>();
     p->max_tokens = 512;
     p->max_top_k = 8;
     p->weight_format = KT_EXPERT_WEIGHTS_AS_SOURCE;
@@ -182,8 +168,7 @@ KT_API void kt_expert_pool_params_init(kt_expert_pool_params *p) {
 
 KT_API void kt_expert_forward_init(kt_expert_forward *a) {
     if (!a) return;
-    std::memset(static_cast<void *>(a), 0, sizeof *a);
-    a->struct_size = sizeof *a;
+    *a = kt::api::zeroed_struct<kt_expert_forward>();
     a->ids_type = KT_TYPE_I32;
 }
 
@@ -192,8 +177,7 @@ KT_API kt_status kt_expert_pool_create(const kt_expert_pool_params *params, kt_e
     const Status s = guard([&]() -> Status {
         KT_RETURN_IF(!params || !out_pool, KT_STATUS_INVALID_ARGUMENT, "kt_expert_pool_create: params and out_pool must not be NULL");
         kt_expert_pool_params p;
-        kt_expert_pool_params_init(&p);
-        KT_TRY(read_params(params, &p, "kt_expert_pool_params"));
+        KT_TRY(kt::api::read_struct(params, &p, "kt_expert_pool_create: params"));
         kt::moe::ExpertPoolConfig config;
         KT_TRY(make_config(p, &config));
         auto handle = std::make_unique<kt_expert_pool>();
@@ -214,7 +198,9 @@ KT_API void kt_expert_pool_free(kt_expert_pool *pool) {
     }
 }
 
-KT_API const char *kt_expert_pool_last_error(const kt_expert_pool *pool) { return pool ? pool->error.get() : ""; }
+KT_API const char *kt_expert_pool_last_error(const kt_expert_pool *pool) {
+    return pool ? pool->error.get() : "expert pool is NULL";
+}
 
 KT_API kt_status kt_expert_pool_load_model(kt_expert_pool *pool, const kt_model *model, int32_t layer) {
     if (!pool) return KT_STATUS_INVALID_ARGUMENT;
@@ -254,9 +240,8 @@ KT_API kt_status kt_expert_pool_load_experts(kt_expert_pool *pool, const kt_expe
         KT_RETURN_IF(first_expert < 0 || n_experts < 1 || static_cast<int64_t>(first_expert) + n_experts > c.n_experts,
                      KT_STATUS_INVALID_ARGUMENT, "kt_expert_pool_load_experts: experts [%d, %d + %d) of %lld", first_expert,
                      first_expert, n_experts, static_cast<long long>(c.n_experts));
-        kt_expert_weights w{};
-        w.struct_size = sizeof w;
-        KT_TRY(read_params(weights, &w, "kt_expert_weights"));
+        kt_expert_weights w;
+        KT_TRY(kt::api::read_struct(weights, &w, "kt_expert_pool_load: weights"));
         KT_RETURN_IF(!w.gate || !w.up || !w.down, KT_STATUS_INVALID_ARGUMENT, "kt_expert_pool_load: a weight pointer is NULL");
         kt::moe::MatrixSource gate, up, down;
         const int64_t n = n_experts;
@@ -308,11 +293,9 @@ KT_API kt_status kt_expert_pool_wait(kt_expert_pool *pool, uint64_t ticket) {
 KT_API kt_status kt_expert_pool_get_info(const kt_expert_pool *pool, kt_expert_pool_info *out) {
     if (!pool) return KT_STATUS_INVALID_ARGUMENT;
     return guard_on(pool, [&]() -> Status {
-        KT_RETURN_IF(!out || out->struct_size < sizeof(uint32_t) * 2 || out->struct_size > sizeof(kt_expert_pool_info),
-                     KT_STATUS_INVALID_ARGUMENT, "kt_expert_pool_get_info: out_info is NULL or has a bad struct_size");
+        KT_RETURN_IF(!out, KT_STATUS_INVALID_ARGUMENT, "kt_expert_pool_get_info: out_info is NULL");
         const kt::moe::ExpertPool &p = *pool->pool;
-        kt_expert_pool_info info{};
-        info.struct_size = out->struct_size;
+        kt_expert_pool_info info = kt::api::zeroed_struct<kt_expert_pool_info>();
         info.isa = static_cast<int32_t>(p.kernels().level);
         info.n_threads = 0;
         for (int t : p.info().group_threads) info.n_threads += t;
@@ -331,8 +314,7 @@ KT_API kt_status kt_expert_pool_get_info(const kt_expert_pool *pool, kt_expert_p
             info.gemm_bf16_macs[l] = counts.bf16_macs[l];
         }
         info.amx_fallbacks = counts.amx_fallbacks;
-        std::memcpy(static_cast<void *>(out), &info, out->struct_size);
-        return Status::ok();
+        return kt::api::write_struct(info, out, "kt_expert_pool_get_info: out_info");
     });
 }
 

@@ -85,7 +85,7 @@ Status check_tensor(kt_gguf_writer *w, const char *name, int32_t type, int32_t n
 
 extern "C" {
 
-KT_API kt_status kt_gguf_writer_create(uint32_t alignment, kt_gguf_writer **out_writer) {
+KT_API kt_status kt_gguf_writer_create_v2(uint32_t alignment, kt_gguf_writer **out_writer, kt_error *err) {
     if (out_writer) *out_writer = nullptr;
     const Status s = kt::api::guard([&]() -> Status {
         KT_RETURN_IF(!out_writer, KT_STATUS_INVALID_ARGUMENT, "kt_gguf_writer_create: out_writer is NULL");
@@ -95,8 +95,13 @@ KT_API kt_status kt_gguf_writer_create(uint32_t alignment, kt_gguf_writer **out_
         *out_writer = new kt_gguf_writer{kt::gguf::Writer(a), {}, {}, {}};
         return Status::ok();
     });
+    kt::api::fill_error(err, s);
     if (!s.is_ok()) KT_LOG_ERROR_MSG("%s", s.message().c_str());
     return s.code();
+}
+
+KT_API kt_status kt_gguf_writer_create(uint32_t alignment, kt_gguf_writer **out_writer) {
+    return kt_gguf_writer_create_v2(alignment, out_writer, nullptr);
 }
 
 KT_API void kt_gguf_writer_free(kt_gguf_writer *writer) { delete writer; }

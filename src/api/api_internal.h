@@ -9,6 +9,7 @@
 #include <string>
 #include <unordered_set>
 
+#include "api/api_structs.h"
 #include "core/status.h"
 #include "kt.h"
 #include "model/gguf/gguf.h"
@@ -16,7 +17,8 @@
 #include "model/tokenizer/tokenizer.h"
 #include "runtime/context.h"
 
-// Per-handle "last error": guarded by a mutex so that concurrent readers of a shared handle stay safe.
+// A handle's "last error" (kt_..._last_error) when one thread at a time uses the handle (kt_context,
+// kt_gguf_writer, kt_detokenizer): one message, valid until the next failing call on the handle.
 struct kt_error_slot {
     mutable std::mutex mutex;
     mutable std::string message;
@@ -31,9 +33,29 @@ struct kt_error_slot {
     }
 };
 
+// The "last error" of a handle that several threads use at once (kt_model, kt_expert_pool): one message per
+// thread, so the thread whose call failed reads its own message, and the pointer it got stays valid while other
+// threads fail on the same handle (until its own next failing call on the handle, or the handle's free). A
+// thread's entry is dropped when the thread exits, so a handle holds at most one message per live thread.
+class kt_thread_error_slot {
+public:
+    kt_thread_error_slot();
+    ~kt_thread_error_slot();
+    kt_thread_error_slot(const kt_thread_error_slot &) = delete;
+    kt_thread_error_slot &operator=(const kt_thread_error_slot &) = delete;
+
+    void set(const std::string &m) const;
+    const char *get() const;  // "" when this thread has no failed call on the handle
+
+    struct Messages;  // api_common.cpp
+
+private:
+    std::shared_ptr<Messages> messages_;  // shared with the threads that wrote to it, which erase their entry on exit
+};
+
 struct kt_model {
     std::unique_ptr<kt::gguf::File> file;
-    kt_error_slot error;
+    kt_thread_error_slot error;  // a model is shared by threads that read it
     kt::tokenizer::LazyTokenizer tokenizer;  // built from the metadata on first use (api_tokenizer.cpp)
     // The model prepared for running, built by the first context that needs it (per kernel choice) and shared
     // by every context after it. The engine's factory (its expert pools' thread count is the first context's)

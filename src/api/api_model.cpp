@@ -34,7 +34,7 @@ public:
         if (!callback_) return true;
         fraction = std::clamp(fraction, last_, 1.0f);
         last_ = fraction;
-        return callback_(fraction, user_data_) != 0;
+        return callback_(fraction, user_data_) == 0;
     }
 
 private:
@@ -95,8 +95,7 @@ extern "C" {
 
 KT_API void kt_model_params_init(kt_model_params *params) {
     if (!params) return;
-    std::memset(params, 0, sizeof *params);
-    params->struct_size = sizeof *params;
+    *params = kt::api::zeroed_struct<kt_model_params>();
     params->use_mmap = 1;
     params->prefetch = 1;
 }
@@ -107,15 +106,7 @@ KT_API kt_status kt_model_load(const char *path, const kt_model_params *params, 
     kt_model_params p;
     kt_model_params_init(&p);
     Status s = guard([&]() -> Status {
-        if (params) {
-            // The first version of the struct ends after progress_user_data; anything shorter is garbage.
-            KT_RETURN_IF(params->struct_size < offsetof(kt_model_params, progress_user_data) + sizeof(void *),
-                         KT_STATUS_INVALID_ARGUMENT, "kt_model_load: params->struct_size %u is too small (use kt_model_params_init)",
-                         params->struct_size);
-            // Copy only the prefix the caller's struct has: a shorter (older) struct keeps defaults for newer fields.
-            std::memcpy(&p, params, std::min<size_t>(params->struct_size, sizeof p));
-            p.struct_size = sizeof p;
-        }
+        if (params) KT_TRY(kt::api::read_struct(params, &p, "kt_model_load: params"));
         return load_model(path, p, out_model);
     });
     kt::api::fill_error(err, s);
@@ -274,18 +265,15 @@ KT_API kt_status kt_model_tensor_info(const kt_model *model, int64_t index, kt_t
         const kt::gguf::TensorInfo *t;
         KT_TRY(tensor_at(model, index, &t));
         KT_TRY(require(out_info != nullptr, "kt_model_tensor_info: out_info is NULL"));
-        KT_TRY(require(out_info->struct_size >= sizeof(kt_tensor_info),
-                       "kt_model_tensor_info: out_info->struct_size is smaller than this library's kt_tensor_info"));
-        const uint32_t size = out_info->struct_size;
-        std::memset(out_info, 0, sizeof(kt_tensor_info));
-        out_info->struct_size = size;
-        out_info->type = t->type;
-        out_info->n_dims = t->n_dims;
-        for (int d = 0; d < KT_MAX_DIMS; ++d) out_info->ne[d] = t->ne[d];
-        out_info->n_elements = t->n_elements;
-        out_info->n_bytes = t->n_bytes;
-        out_info->file_offset = file_of(model).data_offset() + t->offset;
-        out_info->name = t->name.data();
+        kt_tensor_info info = kt::api::zeroed_struct<kt_tensor_info>();
+        info.type = t->type;
+        info.n_dims = t->n_dims;
+        for (int d = 0; d < KT_MAX_DIMS; ++d) info.ne[d] = t->ne[d];
+        info.n_elements = t->n_elements;
+        info.n_bytes = t->n_bytes;
+        info.file_offset = file_of(model).data_offset() + t->offset;
+        info.name = t->name.data();
+        KT_TRY(kt::api::write_struct(info, out_info, "kt_model_tensor_info: out_info"));
         return Status::ok();
     });
 }

@@ -12,18 +12,14 @@ extern "C" {
 KT_API kt_status kt_measure_roofline(int32_t n_threads, uint64_t buffer_bytes, kt_roofline *out) {
     kt::Status s = kt::api::guard([&]() -> kt::Status {
         KT_RETURN_IF(!out, KT_STATUS_INVALID_ARGUMENT, "kt_measure_roofline: out is NULL");
-        // The two versions of the struct: without the AMX peaks (as first published), and today's.
-        KT_RETURN_IF(out->struct_size != offsetof(kt_roofline, amx_int8_ops_per_s) && out->struct_size != sizeof(kt_roofline),
-                     KT_STATUS_INVALID_ARGUMENT, "kt_measure_roofline: out->struct_size %u is not a kt_roofline's",
-                     out->struct_size);
+        KT_TRY(kt::api::check_struct_size<kt_roofline>(out->struct_size, "kt_measure_roofline: out"));
         KT_RETURN_IF(n_threads < 0 || n_threads > 4096, KT_STATUS_INVALID_ARGUMENT,
                      "kt_measure_roofline: n_threads %d is out of range [0, 4096]", n_threads);
         std::unique_ptr<kt::ThreadPool> pool;
         KT_TRY(kt::mem::create_pinned_pool(n_threads, "kt-roofline", &pool));
         kt::cpu::Roofline r;
         KT_TRY(kt::cpu::measure_roofline(*pool, buffer_bytes ? buffer_bytes : (uint64_t{1} << 30), &r));
-        kt_roofline result{};
-        result.struct_size = out->struct_size;
+        kt_roofline result = kt::api::zeroed_struct<kt_roofline>();
         result.n_threads = r.n_threads;
         result.buffer_bytes = r.buffer_bytes;
         result.read_bytes_per_s = r.read_bytes_per_s;
@@ -33,7 +29,7 @@ KT_API kt_status kt_measure_roofline(int32_t n_threads, uint64_t buffer_bytes, k
         std::strncpy(result.bf16_isa, r.bf16_isa.c_str(), sizeof result.bf16_isa - 1);
         result.amx_int8_ops_per_s = r.amx_int8_ops_per_s;
         result.amx_bf16_flops_per_s = r.amx_bf16_flops_per_s;
-        std::memcpy(static_cast<void *>(out), &result, out->struct_size);  // the caller's version of the struct
+        KT_TRY(kt::api::write_struct(result, out, "kt_measure_roofline: out"));
         return kt::Status::ok();
     });
     return s.code();

@@ -29,9 +29,7 @@ KT_API kt_status kt_gguf_writer_expected_tensors(const kt_gguf_writer *writer, k
         std::vector<kt::model::TensorSpec> specs;
         KT_TRY(kt::model::list_tensors(*file, &specs));
         for (const kt::model::TensorSpec &s : specs) {
-            kt_tensor_spec spec;
-            std::memset(&spec, 0, sizeof spec);
-            spec.struct_size = sizeof spec;
+            kt_tensor_spec spec = kt::api::zeroed_struct<kt_tensor_spec>();
             spec.role = static_cast<int32_t>(s.role);
             spec.optional = s.optional ? 1 : 0;
             spec.n_dims = static_cast<int32_t>(s.ne.size());

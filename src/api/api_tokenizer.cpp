@@ -59,25 +59,21 @@ KT_API kt_status kt_vocab_get_info(const kt_model *model, kt_vocab_info *out_inf
         const Tokenizer *tok;
         KT_TRY(tokenizer_of(model, &tok));
         KT_TRY(require(out_info != nullptr, "kt_vocab_get_info: out_info is NULL"));
-        KT_TRY(require(out_info->struct_size >= sizeof(kt_vocab_info),
-                       "kt_vocab_get_info: out_info->struct_size is smaller than this library's kt_vocab_info"));
         const kt::tokenizer::Vocab &v = tok->vocab();
-        const uint32_t size = out_info->struct_size;
-        std::memset(out_info, 0, sizeof(kt_vocab_info));
-        out_info->struct_size = size;
-        out_info->kind = v.model() == kt::tokenizer::ModelKind::kBpe ? KT_VOCAB_BPE : KT_VOCAB_SPM;
-        out_info->n_tokens = v.size();
-        out_info->bos = v.bos();
-        out_info->eos = v.eos();
-        out_info->eot = v.eot();
-        out_info->eom = v.eom();
-        out_info->unk = v.unk();
-        out_info->pad = v.pad();
-        out_info->add_bos = v.add_bos();
-        out_info->add_eos = v.add_eos();
-        out_info->add_space_prefix = v.add_space_prefix();
-        out_info->pre = v.pre_name().c_str();
-        return Status::ok();
+        kt_vocab_info info = kt::api::zeroed_struct<kt_vocab_info>();
+        info.kind = v.model() == kt::tokenizer::ModelKind::kBpe ? KT_VOCAB_BPE : KT_VOCAB_SPM;
+        info.n_tokens = v.size();
+        info.bos = v.bos();
+        info.eos = v.eos();
+        info.eot = v.eot();
+        info.eom = v.eom();
+        info.unk = v.unk();
+        info.pad = v.pad();
+        info.add_bos = v.add_bos();
+        info.add_eos = v.add_eos();
+        info.add_space_prefix = v.add_space_prefix();
+        info.pre = v.pre_name().c_str();
+        return kt::api::write_struct(info, out_info, "kt_vocab_get_info: out_info");
     });
 }
 
@@ -223,8 +219,7 @@ KT_API const char *kt_detokenizer_last_error(const kt_detokenizer *detokenizer) 
 
 KT_API void kt_chat_params_init(kt_chat_params *params) {
     if (!params) return;
-    std::memset(params, 0, sizeof *params);
-    params->struct_size = sizeof *params;
+    *params = kt::api::zeroed_struct<kt_chat_params>();
     params->add_generation_prompt = 1;
 }
 
@@ -238,12 +233,7 @@ KT_API kt_status kt_chat_apply_template(const kt_model *model, const kt_chat_mes
         KT_TRY(require(messages != nullptr || n_messages == 0, "kt_chat_apply_template: messages is NULL"));
         kt_chat_params p;
         kt_chat_params_init(&p);
-        if (params) {
-            KT_RETURN_IF(params->struct_size < sizeof(kt_chat_params), KT_STATUS_INVALID_ARGUMENT,
-                         "kt_chat_apply_template: params->struct_size %u is too small (use kt_chat_params_init)",
-                         params->struct_size);
-            p = *params;
-        }
+        if (params) KT_TRY(kt::api::read_struct(params, &p, "kt_chat_apply_template: params"));
         kt::tokenizer::ChatOptions options;
         options.add_generation_prompt = p.add_generation_prompt != 0;
         if (p.template_name) options.template_name = p.template_name;

@@ -44,36 +44,35 @@ Status PackedLinear::create(const MatrixSource &w, TargetFormat format, const fl
     return Status::ok();
 }
 
-void PackedLinear::forward(const float *x, int64_t n_tokens, float *y, int64_t ldy, Workspace *ws,
-                           ThreadPool *pool) const {
-    if (n_tokens <= 0) return;
+Status PackedLinear::forward(const float *x, int64_t n_tokens, float *y, int64_t ldy, Workspace *ws,
+                             ThreadPool *pool) const {
+    if (n_tokens <= 0) return Status::ok();
     const cpu::KernelSet &ks = *kernels_;
     const int64_t K = matrix_.layout.k, N = matrix_.layout.n, kp = matrix_.layout.kp;
     cpu::GemmActs acts;
-    auto run = [&](int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t, int)> fn) {
-        if (pool && n > 1)
-            (void)pool->parallel_for(n, grain, fn);
-        else
-            fn(0, n, 0);
+    auto run = [&](int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t, int)> fn) -> Status {
+        if (pool && n > 1) return pool->parallel_for(n, grain, fn);
+        fn(0, n, 0);
+        return Status::ok();
     };
     if (matrix_.layout.type == cpu::PackedType::kBf16) {
         ws->bf16.resize(static_cast<size_t>(n_tokens * kp));
-        run(n_tokens, 8, [&](int64_t t0, int64_t t1, int) {
+        KT_TRY(run(n_tokens, 8, [&](int64_t t0, int64_t t1, int) {
             for (int64_t t = t0; t < t1; ++t) ks.convert_row_bf16(x + t * K, false, K, kp, ws->bf16.data() + t * kp);
-        });
+        }));
         acts.bf16 = ws->bf16.data();
         acts.bf16_ld = kp;
     } else {
         ws->q.resize(static_cast<size_t>(n_tokens * kp));
         ws->scale.resize(static_cast<size_t>(n_tokens));
         ws->sums.resize(static_cast<size_t>(n_tokens * sums_ld_));
-        run(n_tokens, 8, [&](int64_t t0, int64_t t1, int) {
+        KT_TRY(run(n_tokens, 8, [&](int64_t t0, int64_t t1, int) {
             for (int64_t t = t0; t < t1; ++t) {
                 int8_t *q = ws->q.data() + t * kp;
                 ws->scale[static_cast<size_t>(t)] = ks.quantize_row(x + t * K, false, K, kp, q);
                 cpu::group_sums_row(q, K, spec_, ws->sums.data() + t * sums_ld_);
             }
-        });
+        }));
         acts.q = ws->q.data();
         acts.q_ld = kp;
         acts.scale = ws->scale.data();
@@ -81,7 +80,7 @@ void PackedLinear::forward(const float *x, int64_t n_tokens, float *y, int64_t l
         acts.sums_ld = sums_ld_;
     }
     const int64_t panels = matrix_.layout.panels;
-    run(panels, panel_grain(panels, pool ? pool->size() : 1), [&](int64_t p0, int64_t p1, int) {
+    return run(panels, panel_grain(panels, pool ? pool->size() : 1), [&](int64_t p0, int64_t p1, int) {
         const int64_t n0 = p0 * cpu::kPanel, n1 = std::min(p1 * cpu::kPanel, N);
         cpu::gemm(ks, matrix_, acts, n_tokens, n0, n1, y + n0, ldy);
         if (!bias_.empty())

@@ -43,8 +43,8 @@ public:
     uint64_t bytes() const { return matrix_.layout.bytes; }
 
     // y[t][n] for t < n_tokens (x: [n_tokens][K] fp32, y: [n_tokens][ldy], ldy >= N), on `pool` (nullptr: the
-    // calling thread).
-    void forward(const float *x, int64_t n_tokens, float *y, int64_t ldy, Workspace *ws, ThreadPool *pool) const;
+    // calling thread). Fails when the pool cannot run the job.
+    Status forward(const float *x, int64_t n_tokens, float *y, int64_t ldy, Workspace *ws, ThreadPool *pool) const;
 
 private:
     PackedLinear() = default;

@@ -46,8 +46,9 @@ public:
     virtual int64_t in_features() const = 0;   // K
     virtual int64_t out_features() const = 0;  // N
     // x: [n_tokens, K] row-major f32; y: [n_tokens, N], overwritten. x and y do not overlap. Work is spread over
-    // `pool`'s threads (the caller is not inside a job of it).
-    virtual void forward(const float *x, int64_t n_tokens, float *y, ThreadPool &pool) const = 0;
+    // `pool`'s threads (the caller is not inside a job of it). A failure (the pool refused the job, memory ran
+    // out) is returned, never swallowed: y is then unspecified and the forward pass must stop.
+    virtual Status forward(const float *x, int64_t n_tokens, float *y, ThreadPool &pool) const = 0;
 };
 
 // SwiGLU experts: out[t] = Σ_j weight[t, j] · down_e(silu(gate_e · x[t]) ⊙ (up_e · x[t])) with e = ids[t, j];
@@ -59,9 +60,10 @@ public:
     virtual int64_t hidden() const = 0;        // H
     virtual int64_t intermediate() const = 0;  // I
     // x: [n_tokens, H]; ids, weights: [n_tokens, k]; out: [n_tokens, H], overwritten. Every id is < n_experts()
-    // (callers validate). The k weighted outputs of a token are summed in slot order j = 0..k-1.
-    virtual void forward(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights, int64_t k,
-                         float *out, ThreadPool &pool) const = 0;
+    // (callers validate). The k weighted outputs of a token are summed in slot order j = 0..k-1. Failures are
+    // returned as for Linear::forward (out is then unspecified).
+    virtual Status forward(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights, int64_t k,
+                           float *out, ThreadPool &pool) const = 0;
 };
 
 // Builds the kernels for a model's weights. Errors name the tensor (an unsupported type, a bad shape).

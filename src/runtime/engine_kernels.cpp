@@ -26,9 +26,9 @@ public:
     int64_t in_features() const override { return linear_->in_features(); }
     int64_t out_features() const override { return linear_->out_features(); }
 
-    void forward(const float *x, int64_t n_tokens, float *y, ThreadPool &pool) const override {
+    Status forward(const float *x, int64_t n_tokens, float *y, ThreadPool &pool) const override {
         thread_local moe::PackedLinear::Workspace workspace;
-        linear_->forward(x, n_tokens, y, linear_->out_features(), &workspace, &pool);
+        return linear_->forward(x, n_tokens, y, linear_->out_features(), &workspace, &pool);
     }
 
 private:
@@ -44,8 +44,8 @@ public:
     int64_t hidden() const override { return hidden_; }
     int64_t intermediate() const override { return intermediate_; }
 
-    void forward(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights, int64_t k, float *out,
-                 ThreadPool &) const override {
+    Status forward(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights, int64_t k, float *out,
+                   ThreadPool &) const override {
         for (int64_t t0 = 0; t0 < n_tokens; t0 += max_tokens_) {
             moe::ForwardArgs args;
             args.n_tokens = std::min(max_tokens_, n_tokens - t0);
@@ -54,8 +54,11 @@ public:
             args.ids = ids + t0 * k;
             args.weights = weights + t0 * k;
             args.output = out + t0 * hidden_;
-            (void)pool_->forward(args);  // arguments were validated by the model loader and the router
+            // The model loader and the router validated the arguments, but a job can still fail (memory, a
+            // worker that could not start): the forward pass stops and the decode reports it.
+            KT_TRY(pool_->forward(args));
         }
+        return Status::ok();
     }
 
 private:

@@ -36,7 +36,7 @@ struct ProgressLog {
 int32_t log_progress(float p, void *user_data) {
     auto *log = static_cast<ProgressLog *>(user_data);
     log->values.push_back(p);
-    return log->cancel_after < 0 || static_cast<int>(log->values.size()) < log->cancel_after;
+    return log->cancel_after >= 0 && static_cast<int>(log->values.size()) >= log->cancel_after;  // non-zero: cancel
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-/* kt.h compiled as strict C99, with struct layouts pinned (Rust and Go bindings rely on them), and a smoke run
- * of the model API from C. */
+/* kt.h compiled as strict C99, with every struct layout pinned (kt_layout.h: the bindings check theirs against
+ * it), and a smoke run of the model API from C. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,38 +9,15 @@
 /* C99 has no _Static_assert: a negative array size fails the build instead. */
 #define KT_STATIC_ASSERT(cond, name) typedef char kt_static_assert_##name[(cond) ? 1 : -1]
 KT_STATIC_ASSERT(sizeof(kt_status) == 4, status_size);
-KT_STATIC_ASSERT(sizeof(kt_error) == 8 + KT_ERROR_MESSAGE_CAPACITY, error_size);
-KT_STATIC_ASSERT(offsetof(kt_model_params, progress_callback) == 16, params_callback_offset);
-KT_STATIC_ASSERT(sizeof(kt_model_params) == 32, params_size);
-KT_STATIC_ASSERT(offsetof(kt_tensor_info, ne) == 16, tensor_info_ne_offset);
-KT_STATIC_ASSERT(offsetof(kt_tensor_info, name) == 72, tensor_info_name_offset);
-KT_STATIC_ASSERT(sizeof(kt_tensor_info) == 80, tensor_info_size);
-KT_STATIC_ASSERT(offsetof(kt_context_params, n_ctx) == 8, context_params_n_ctx_offset);
-KT_STATIC_ASSERT(offsetof(kt_context_params, abort_callback) == 32, context_params_abort_offset);
-KT_STATIC_ASSERT(sizeof(kt_context_params) == 48, context_params_size);
-KT_STATIC_ASSERT(offsetof(kt_sampler_params, seed) == 40, sampler_params_seed_offset);
-KT_STATIC_ASSERT(sizeof(kt_sampler_params) == 48, sampler_params_size);
-KT_STATIC_ASSERT(offsetof(kt_generate_params, sampler) == 32, generate_params_sampler_offset);
-KT_STATIC_ASSERT(sizeof(kt_generate_params) == 56, generate_params_size);
-KT_STATIC_ASSERT(offsetof(kt_perf, attention_seconds) == 40, perf_attention_offset);
-KT_STATIC_ASSERT(sizeof(kt_perf) == 80, perf_size);
-KT_STATIC_ASSERT(offsetof(kt_tensor_spec, ne) == 16, tensor_spec_ne_offset);
-KT_STATIC_ASSERT(sizeof(kt_tensor_spec) == 56, tensor_spec_size);
-KT_STATIC_ASSERT(offsetof(kt_roofline, read_bytes_per_s) == 16, roofline_read_offset);
-KT_STATIC_ASSERT(offsetof(kt_roofline, bf16_flops_per_s) == 48, roofline_bf16_offset);
-KT_STATIC_ASSERT(offsetof(kt_roofline, amx_int8_ops_per_s) == 72, roofline_amx_offset);
-KT_STATIC_ASSERT(sizeof(kt_roofline) == 88, roofline_size);
-KT_STATIC_ASSERT(offsetof(kt_gemm_counts, calls) == 8, gemm_counts_calls_offset);
-KT_STATIC_ASSERT(offsetof(kt_gemm_counts, amx_fallbacks) == 104, gemm_counts_fallbacks_offset);
-KT_STATIC_ASSERT(sizeof(kt_gemm_counts) == 112, gemm_counts_size);
-KT_STATIC_ASSERT(offsetof(kt_expert_pool_info, gemm_calls) == 72, expert_pool_info_gemm_offset);
-KT_STATIC_ASSERT(sizeof(kt_expert_pool_info) == 176, expert_pool_info_size);
-KT_STATIC_ASSERT(offsetof(kt_vocab_info, add_space_prefix) == 44, vocab_info_flags_offset);
-KT_STATIC_ASSERT(offsetof(kt_vocab_info, pre) == 48, vocab_info_pre_offset);
-KT_STATIC_ASSERT(sizeof(kt_vocab_info) == 56, vocab_info_size);
-KT_STATIC_ASSERT(sizeof(kt_chat_message) == 16, chat_message_size);
-KT_STATIC_ASSERT(offsetof(kt_chat_params, template_name) == 8, chat_params_name_offset);
-KT_STATIC_ASSERT(sizeof(kt_chat_params) == 32, chat_params_size);
+
+/* Every struct's size and every field's offset and size, as kt_layout.h pins them. */
+#define KT_LAYOUT_STRUCT(type, size) KT_STATIC_ASSERT(sizeof(type) == (size), type##_size);
+#define KT_LAYOUT_FIELD(type, field, offset, size)                                  \
+    KT_STATIC_ASSERT(offsetof(type, field) == (offset), type##_##field##_offset); \
+    KT_STATIC_ASSERT(sizeof(((type *)0)->field) == (size), type##_##field##_size);
+#include "kt_layout.h"
+#undef KT_LAYOUT_STRUCT
+#undef KT_LAYOUT_FIELD
 
 static int32_t fill_zeros(void *dst, uint64_t n_bytes, void *user_data) {
     (void)user_data;
@@ -73,7 +50,7 @@ static int quantize_and_writer_smoke(void) {
 static int32_t count_progress(float progress, void *user_data) {
     (void)progress;
     ++*(int *)user_data;
-    return 1;
+    return 0; /* go on */
 }
 
 static int32_t count_token(int32_t token, void *user_data) {

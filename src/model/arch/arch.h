@@ -111,8 +111,8 @@ struct Projection {
     Vector bias;
     std::unique_ptr<ops::Linear> linear;
     explicit operator bool() const { return weight != nullptr; }
-    void forward(const float *x, int64_t n_tokens, float *y, ThreadPool &pool) const {
-        linear->forward(x, n_tokens, y, pool);
+    Status forward(const float *x, int64_t n_tokens, float *y, ThreadPool &pool) const {
+        return linear->forward(x, n_tokens, y, pool);
     }
 };
 

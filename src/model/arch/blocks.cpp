@@ -21,41 +21,41 @@ Status self_attention(const Model &m, int64_t layer, const Batch &b, ForwardHost
     const int64_t T = b.n_tokens, H = hp.n_head, Hkv = hp.n_head_kv, Dk = hp.head_dim_k;
     float *q = s.q.data(), *k = s.k.data(), *v = s.v.data();
 
-    L.wq.forward(h, T, q, host.pool());                                                  // q [T, H, Dk]
-    L.wk.forward(h, T, k, host.pool());                                                  // k [T, Hkv, Dk]
-    L.wv.forward(h, T, v, host.pool());                                                  // v [T, Hkv, Dv]
+    KT_TRY(L.wq.forward(h, T, q, host.pool()));                                          // q [T, H, Dk]
+    KT_TRY(L.wk.forward(h, T, k, host.pool()));                                          // k [T, Hkv, Dk]
+    KT_TRY(L.wv.forward(h, T, v, host.pool()));                                          // v [T, Hkv, Dv]
     if (L.attn_q_norm) ops::rms_norm(q, L.attn_q_norm.data(), T * H, Dk, hp.rms_eps, q);
     if (L.attn_k_norm) ops::rms_norm(k, L.attn_k_norm.data(), T * Hkv, Dk, hp.rms_eps, k);
     ops::rope_apply(hp.rope, s.rope.data(), T, H, Dk, H * Dk, q);
     ops::rope_apply(hp.rope, s.rope.data(), T, Hkv, Dk, Hkv * Dk, k);
     KT_TRY(host.attention(layer, q, k, v, s.attn.data()));                  // attn [T, H, Dv]
-    L.wo.forward(s.attn.data(), T, out, host.pool());                                    // out [T, E]
+    KT_TRY(L.wo.forward(s.attn.data(), T, out, host.pool()));                            // out [T, E]
     return Status::ok();
 }
 
-void dense_ffn(const Ffn &ffn, const float *h, int64_t n_tokens, const float *scale, ForwardHost &host, float *out) {
+Status dense_ffn(const Ffn &ffn, const float *h, int64_t n_tokens, const float *scale, ForwardHost &host, float *out) {
     Scratch &s = host.scratch();
     float *w = s.gates.data();
     for (int64_t t = 0; t < n_tokens; ++t) w[t] = scale ? scale[t] : 1.0f;
-    ffn.experts->forward(h, n_tokens, s.zeros.data(), w, 1, out, host.pool());
+    return ffn.experts->forward(h, n_tokens, s.zeros.data(), w, 1, out, host.pool());
 }
 
-void moe_ffn(const LayerWeights &L, const ops::RoutingParams &routing, const float *h, int64_t n_tokens,
-             ForwardHost &host, float *out) {
+Status moe_ffn(const LayerWeights &L, const ops::RoutingParams &routing, const float *h, int64_t n_tokens,
+               ForwardHost &host, float *out) {
     Scratch &s = host.scratch();
-    L.router.forward(h, n_tokens, s.router.data(), host.pool());           // router logits [T, X]
+    KT_TRY(L.router.forward(h, n_tokens, s.router.data(), host.pool()));   // router logits [T, X]
     ops::route(routing, s.router.data(), n_tokens, s.ids.data(), s.gates.data());  // ids, gates [T, k]
-    L.experts.experts->forward(h, n_tokens, s.ids.data(), s.gates.data(), routing.k, out, host.pool());  // [T, E]
+    return L.experts.experts->forward(h, n_tokens, s.ids.data(), s.gates.data(), routing.k, out, host.pool());  // [T, E]
 }
 
-void output_head(const Model &m, const Batch &b, ForwardHost &host) {
-    if (b.n_outputs == 0) return;
+Status output_head(const Model &m, const Batch &b, ForwardHost &host) {
+    if (b.n_outputs == 0) return Status::ok();
     host.enter(Phase::kHead);
     Scratch &s = host.scratch();
     const int64_t E = m.hp.n_embd;
     const float *last = s.x.data() + (b.n_tokens - b.n_outputs) * E;
     ops::rms_norm(last, m.w.output_norm.data(), b.n_outputs, E, m.hp.rms_eps, s.h.data());
-    m.w.output.forward(s.h.data(), b.n_outputs, b.logits, host.pool());                 // logits [n_outputs, V]
+    return m.w.output.forward(s.h.data(), b.n_outputs, b.logits, host.pool());          // logits [n_outputs, V]
 }
 
 }  // namespace kt::model

@@ -23,14 +23,14 @@ Status self_attention(const Model &m, int64_t layer, const Batch &b, ForwardHost
 
 // A dense SwiGLU FFN, run as a one-expert pool: out [T, E] = W_down(silu(W_gate h) ⊙ W_up h), scaled per token by
 // `scale` ([T], or null for 1).
-void dense_ffn(const Ffn &ffn, const float *h, int64_t n_tokens, const float *scale, ForwardHost &host, float *out);
+Status dense_ffn(const Ffn &ffn, const float *h, int64_t n_tokens, const float *scale, ForwardHost &host, float *out);
 
 // A routed MoE FFN: router logits [T, X] = W_gate_inp h; top-k experts and weights per token by `routing`;
 // out [T, E] = Σ_j w_j · expert_j(h).
-void moe_ffn(const LayerWeights &L, const ops::RoutingParams &routing, const float *h, int64_t n_tokens,
-             ForwardHost &host, float *out);
+Status moe_ffn(const LayerWeights &L, const ops::RoutingParams &routing, const float *h, int64_t n_tokens,
+               ForwardHost &host, float *out);
 
 // logits [n_outputs, V] = W_out RMSNorm(x) for the last n_outputs rows of the residual stream.
-void output_head(const Model &m, const Batch &b, ForwardHost &host);
+Status output_head(const Model &m, const Batch &b, ForwardHost &host);
 
 }  // namespace kt::model

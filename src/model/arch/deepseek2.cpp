@@ -110,7 +110,7 @@ void for_each_tensor(const HParams &hp, Weights &w, TensorTable &t) {
 // Applies per-head projections of a stack: dst[t, h, :] = W[h] src[t, h, :], gathering each head's rows so that
 // each matrix runs once over the batch. src: [T, H, src_stride] (the head's `in` values start at src_offset),
 // dst: [T, H, dst_stride] (written from dst_offset).
-void per_head(const Stack &w, const float *src, int64_t src_stride, int64_t src_offset, float *dst, int64_t dst_stride,
+Status per_head(const Stack &w, const float *src, int64_t src_stride, int64_t src_offset, float *dst, int64_t dst_stride,
               int64_t dst_offset, int64_t T, ForwardHost &host) {
     Scratch &s = host.scratch();
     const int64_t H = static_cast<int64_t>(w.linears.size());
@@ -119,10 +119,11 @@ void per_head(const Stack &w, const float *src, int64_t src_stride, int64_t src_
         const int64_t in = m.in_features(), out = m.out_features();
         for (int64_t t = 0; t < T; ++t)
             std::copy_n(src + (t * H + h) * src_stride + src_offset, in, s.mla_in.data() + t * in);
-        m.forward(s.mla_in.data(), T, s.mla_out.data(), host.pool());
+        KT_TRY(m.forward(s.mla_in.data(), T, s.mla_out.data(), host.pool()));
         for (int64_t t = 0; t < T; ++t)
             std::copy_n(s.mla_out.data() + t * out, out, dst + (t * H + h) * dst_stride + dst_offset);
     }
+    return Status::ok();
 }
 
 Status mla_attention(const Model &m, int64_t layer, const Batch &b, ForwardHost &host, const float *h, float *out) {
@@ -134,13 +135,13 @@ Status mla_attention(const Model &m, int64_t layer, const Batch &b, ForwardHost 
     float *q = s.mla_q.data(), *c = s.mla_c.data();
 
     if (L.wq) {
-        L.wq.forward(h, T, q, host.pool());                                   // q [T, H, Dq]
+        KT_TRY(L.wq.forward(h, T, q, host.pool()));                           // q [T, H, Dq]
     } else {
-        L.wq_a.forward(h, T, s.mla_qa.data(), host.pool());                   // [T, q_lora]
+        KT_TRY(L.wq_a.forward(h, T, s.mla_qa.data(), host.pool()));           // [T, q_lora]
         ops::rms_norm(s.mla_qa.data(), L.q_a_norm.data(), T, hp.q_lora_rank, hp.rms_eps, s.mla_qa.data());
-        L.wq_b.forward(s.mla_qa.data(), T, q, host.pool());                   // q [T, H, Dq]
+        KT_TRY(L.wq_b.forward(s.mla_qa.data(), T, q, host.pool()));           // q [T, H, Dq]
     }
-    L.wkv_a.forward(h, T, c, host.pool());                                    // c [T, kv_lora + rope]
+    KT_TRY(L.wkv_a.forward(h, T, c, host.pool()));                            // c [T, kv_lora + rope]
 
     // Q [T, H, rope + kv_lora] = [q_pe ; W_kb q_nope], K [T, rope + kv_lora] = [k_pe ; c_kv], V [T, kv_lora] = c_kv.
     float *Q = s.q.data(), *K = s.k.data(), *Vv = s.v.data();
@@ -151,12 +152,12 @@ Status mla_attention(const Model &m, int64_t layer, const Batch &b, ForwardHost 
         std::copy_n(ct + kv_lora, rope, K + t * Dk);
         for (int64_t hh = 0; hh < H; ++hh) std::copy_n(q + (t * H + hh) * Dq + qk_nope, rope, Q + (t * H + hh) * Dk);
     }
-    per_head(L.k_b, q, Dq, 0, Q, Dk, rope, T, host);                          // absorption into the latent space
+    KT_TRY(per_head(L.k_b, q, Dq, 0, Q, Dk, rope, T, host));                  // absorption into the latent space
     ops::rope_apply(hp.rope, s.rope.data(), T, H, Dk, H * Dk, Q);
     ops::rope_apply(hp.rope, s.rope.data(), T, 1, Dk, Dk, K);
     KT_TRY(host.attention(layer, Q, K, Vv, s.attn.data()));                   // latent output [T, H, kv_lora]
-    per_head(L.v_b, s.attn.data(), kv_lora, 0, s.mla_o.data(), Dv, 0, T, host);  // decompressed [T, H, Dv]
-    L.wo.forward(s.mla_o.data(), T, out, host.pool());                        // out [T, E]
+    KT_TRY(per_head(L.v_b, s.attn.data(), kv_lora, 0, s.mla_o.data(), Dv, 0, T, host)); // decompressed [T, H, Dv]
+    KT_TRY(L.wo.forward(s.mla_o.data(), T, out, host.pool()));                // out [T, E]
     return Status::ok();
 }
 
@@ -178,7 +179,7 @@ Status forward(const Model &m, const Batch &b, ForwardHost &host) {
         if (il < hp.n_layer_dense_lead) {
             host.enter(Phase::kDenseFfn);
             ops::rms_norm(x, L.ffn_norm.data(), T, E, hp.rms_eps, h);
-            dense_ffn(L.ffn, h, T, nullptr, host, f);                         // f [T, E]
+            KT_TRY(dense_ffn(L.ffn, h, T, nullptr, host, f));                 // f [T, E]
         } else {
             host.enter(Phase::kExperts);
             ops::rms_norm(x, L.ffn_norm.data(), T, E, hp.rms_eps, h);
@@ -186,16 +187,16 @@ Status forward(const Model &m, const Batch &b, ForwardHost &host) {
                                              .renormalize = hp.expert_weights_norm, .scale = hp.expert_weights_scale,
                                              .selection_bias = L.expert_bias.data(), .n_group = hp.n_group,
                                              .n_group_used = hp.n_group_used};
-            moe_ffn(L, routing, h, T, host, f);                               // f [T, E] routed experts
+            KT_TRY(moe_ffn(L, routing, h, T, host, f));                       // f [T, E] routed experts
             if (L.shared) {
-                dense_ffn(L.shared, h, T, nullptr, host, shared);             // ungated shared expert
+                KT_TRY(dense_ffn(L.shared, h, T, nullptr, host, shared));     // ungated shared expert
                 ops::add_inplace(f, shared, T * E);
             }
         }
         ops::add_inplace(x, f, T * E);
         KT_TRY(host.layer_done(il));
     }
-    output_head(m, b, host);                                                  // logits [n_outputs, V]
+    KT_TRY(output_head(m, b, host));                                          // logits [n_outputs, V]
     return Status::ok();
 }
 

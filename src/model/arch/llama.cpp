@@ -72,14 +72,14 @@ Status llama_forward(const Model &m, const Batch &b, ForwardHost &host) {
         host.enter(hp.n_expert == 0 ? Phase::kDenseFfn : Phase::kExperts);
         ops::rms_norm(x, L.ffn_norm.data(), T, E, hp.rms_eps, h);
         if (hp.n_expert == 0) {
-            dense_ffn(L.ffn, h, T, nullptr, host, f);                          // f [T, E]
+            KT_TRY(dense_ffn(L.ffn, h, T, nullptr, host, f));                  // f [T, E]
         } else {
-            moe_ffn(L, routing, h, T, host, f);
+            KT_TRY(moe_ffn(L, routing, h, T, host, f));
         }
         ops::add_inplace(x, f, T * E);
         KT_TRY(host.layer_done(il));
     }
-    output_head(m, b, host);                                                // logits [n_outputs, V]
+    KT_TRY(output_head(m, b, host));                                        // logits [n_outputs, V]
     return Status::ok();
 }
 

@@ -63,15 +63,15 @@ Status forward(const Model &m, const Batch &b, ForwardHost &host) {
 
         host.enter(Phase::kExperts);
         ops::rms_norm(x, L.ffn_norm.data(), T, E, hp.rms_eps, h);
-        moe_ffn(L, routing, h, T, host, f);                                    // f [T, E] routed experts
+        KT_TRY(moe_ffn(L, routing, h, T, host, f));                            // f [T, E] routed experts
         for (int64_t t = 0; t < T; ++t)                                     // shared-expert gate [T]
             s.shared_scale[t] = ops::sigmoid(ops::dot(L.shared_gate.data(), h + t * E, E));
-        dense_ffn(L.shared, h, T, s.shared_scale.data(), host, shared);        // shared [T, E]
+        KT_TRY(dense_ffn(L.shared, h, T, s.shared_scale.data(), host, shared)); // shared [T, E]
         ops::add_inplace(f, shared, T * E);
         ops::add_inplace(x, f, T * E);
         KT_TRY(host.layer_done(il));
     }
-    output_head(m, b, host);                                                // logits [n_outputs, V]
+    KT_TRY(output_head(m, b, host));                                        // logits [n_outputs, V]
     return Status::ok();
 }
 

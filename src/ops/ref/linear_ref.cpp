@@ -38,11 +38,11 @@ public:
     int64_t in_features() const override { return w_.cols; }
     int64_t out_features() const override { return w_.rows; }
 
-    void forward(const float *x, int64_t n_tokens, float *y, ThreadPool &pool) const override {
+    Status forward(const float *x, int64_t n_tokens, float *y, ThreadPool &pool) const override {
         const int64_t K = w_.cols, N = w_.rows;
         // Output rows are split over the threads; each dequantizes its rows into its own buffer.
         std::vector<float> rows(w_.type == KT_TYPE_F32 ? 0 : static_cast<size_t>(K * pool.size()));
-        Status s = pool.parallel_for(N, kRowGrain, [&](int64_t begin, int64_t end, int thread) {
+        return pool.parallel_for(N, kRowGrain, [&](int64_t begin, int64_t end, int thread) {
             float *row = rows.data() + thread * K;
             for (int64_t n = begin; n < end; ++n) {
                 const uint8_t *src = w_.data + n * w_.row_bytes;
@@ -55,7 +55,6 @@ public:
                 for (int64_t t = 0; t < n_tokens; ++t) y[t * N + n] = dot(wrow, x + t * K, K) + b;
             }
         });
-        (void)s;  // the body cannot throw
     }
 
 private:
@@ -81,8 +80,8 @@ public:
     int64_t hidden() const override { return gate_[0].in_features(); }
     int64_t intermediate() const override { return gate_[0].out_features(); }
 
-    void forward(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights, int64_t k,
-                 float *out, ThreadPool &pool) const override {
+    Status forward(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights, int64_t k,
+                   float *out, ThreadPool &pool) const override {
         const int64_t H = hidden(), I = intermediate();
         // slot_out[t*k + j]: expert ids[t, j]'s output for token t, unweighted.
         std::vector<float> slot_out(static_cast<size_t>(n_tokens * k * H), 0.0f);
@@ -99,10 +98,10 @@ public:
             u.resize(static_cast<size_t>(n * I));
             y.resize(static_cast<size_t>(n * H));
             for (int64_t i = 0; i < n; ++i) std::copy_n(x + (slots[i] / k) * H, H, xs.begin() + i * H);
-            gate_[e].forward(xs.data(), n, g.data(), pool);                      // g [n, I]
-            up_[e].forward(xs.data(), n, u.data(), pool);                        // u [n, I]
+            KT_TRY(gate_[e].forward(xs.data(), n, g.data(), pool));              // g [n, I]
+            KT_TRY(up_[e].forward(xs.data(), n, u.data(), pool));                // u [n, I]
             for (int64_t i = 0; i < n * I; ++i) g[i] = silu(g[i]) * u[i];      // SwiGLU
-            down_[e].forward(g.data(), n, y.data(), pool);                       // y [n, H]
+            KT_TRY(down_[e].forward(g.data(), n, y.data(), pool));               // y [n, H]
             for (int64_t i = 0; i < n; ++i) std::copy_n(y.begin() + i * H, H, slot_out.begin() + slots[i] * H);
         }
         for (int64_t t = 0; t < n_tokens; ++t) {
@@ -115,6 +114,7 @@ public:
                 for (int64_t i = 0; i < H; ++i) o[i] += w * s[i];
             }
         }
+        return Status::ok();
     }
 
 private:

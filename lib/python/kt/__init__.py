@@ -93,7 +93,8 @@ _Perf = _struct("kt_perf", [("struct_size", _U32), ("reserved0", _U32), ("n_pref
 _Roofline = _struct("kt_roofline", [("struct_size", _U32), ("n_threads", _I32), ("buffer_bytes", _U64),
                                     ("read_bytes_per_s", _F64), ("int8_ops_per_s", _F64),
                                     ("int8_isa", ctypes.c_char * 16), ("bf16_flops_per_s", _F64),
-                                    ("bf16_isa", ctypes.c_char * 16)])  # EXPERIMENTAL: declared for the layout check
+                                    ("bf16_isa", ctypes.c_char * 16), ("amx_int8_ops_per_s", _F64),
+                                    ("amx_bf16_flops_per_s", _F64)])  # EXPERIMENTAL: declared for the layout check
 _ExpertPoolParams = _struct("kt_expert_pool_params", [
     ("struct_size", _U32), ("n_experts", _I32), ("hidden_size", _I32), ("intermediate_size", _I32),
     ("max_tokens", _I32), ("max_top_k", _I32), ("weight_format", _I32), ("int4_group_size", _I32),
@@ -110,7 +111,9 @@ _ExpertPoolInfo = _struct("kt_expert_pool_info", [("struct_size", _U32), ("isa",
                                                   ("n_numa_groups", _I32), ("loaded", _I32), ("weight_bytes", _U64),
                                                   ("expert_bytes", _U64), ("load_seconds", _F64),
                                                   ("kernels", ctypes.c_char_p), ("weight_formats", ctypes.c_char_p),
-                                                  ("description", ctypes.c_char_p)])
+                                                  ("description", ctypes.c_char_p), ("gemm_calls", _U64 * 4),
+                                                  ("gemm_int8_macs", _U64 * 4), ("gemm_bf16_macs", _U64 * 4),
+                                                  ("amx_fallbacks", _U64)])
 _VocabInfo = _struct("kt_vocab_info", [("struct_size", _U32), ("kind", _I32), ("n_tokens", _I32), ("bos", _I32),
                                        ("eos", _I32), ("eot", _I32), ("eom", _I32), ("unk", _I32), ("pad", _I32),
                                        ("add_bos", _I32), ("add_eos", _I32), ("add_space_prefix", _I32),

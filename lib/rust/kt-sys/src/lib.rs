@@ -243,6 +243,8 @@ pub struct kt_roofline {
     pub int8_isa: [c_char; 16],
     pub bf16_flops_per_s: f64,
     pub bf16_isa: [c_char; 16],
+    pub amx_int8_ops_per_s: f64,
+    pub amx_bf16_flops_per_s: f64,
 }
 
 #[repr(C)]
@@ -312,6 +314,21 @@ pub struct kt_expert_pool_info {
     pub kernels: *const c_char,
     pub weight_formats: *const c_char,
     pub description: *const c_char,
+    pub gemm_calls: [u64; 4],
+    pub gemm_int8_macs: [u64; 4],
+    pub gemm_bf16_macs: [u64; 4],
+    pub amx_fallbacks: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct kt_gemm_counts {
+    pub struct_size: u32,
+    pub reserved0: u32,
+    pub calls: [u64; 4],
+    pub int8_macs: [u64; 4],
+    pub bf16_macs: [u64; 4],
+    pub amx_fallbacks: u64,
 }
 
 #[repr(C)]
@@ -552,6 +569,7 @@ extern "C" {
     pub fn kt_measure_roofline(n_threads: i32, buffer_bytes: u64, out: *mut kt_roofline) -> kt_status;
     pub fn kt_set_max_isa(level: i32) -> kt_status;
     pub fn kt_get_isa() -> i32;
+    pub fn kt_get_gemm_counts(out: *mut kt_gemm_counts) -> kt_status;
     pub fn kt_get_host_isa() -> i32;
     pub fn kt_isa_name(level: i32) -> *const c_char;
     pub fn kt_expert_pool_params_init(params: *mut kt_expert_pool_params);

@@ -43,7 +43,7 @@ fn rust_layouts() -> BTreeMap<String, Layout> {
         kt_perf { struct_size, reserved0, n_prefill_tokens, prefill_seconds, n_decode_tokens, decode_seconds,
                   attention_seconds, experts_seconds, dense_ffn_seconds, head_seconds, other_seconds }
         kt_roofline { struct_size, n_threads, buffer_bytes, read_bytes_per_s, int8_ops_per_s, int8_isa,
-                      bf16_flops_per_s, bf16_isa }
+                      bf16_flops_per_s, bf16_isa, amx_int8_ops_per_s, amx_bf16_flops_per_s }
         kt_expert_pool_params { struct_size, n_experts, hidden_size, intermediate_size, max_tokens, max_top_k,
                                 weight_format, int4_group_size, input_type, output_type, n_threads, numa_policy,
                                 n_numa_nodes, numa_nodes, swiglu_limit, swiglu_alpha, max_in_flight,
@@ -52,7 +52,9 @@ fn rust_layouts() -> BTreeMap<String, Layout> {
         kt_expert_forward { struct_size, n_tokens, top_k, ids_type, accumulate, reserved0, input, expert_ids,
                             expert_weights, output }
         kt_expert_pool_info { struct_size, isa, n_threads, n_numa_groups, loaded, weight_bytes, expert_bytes,
-                              load_seconds, kernels, weight_formats, description }
+                              load_seconds, kernels, weight_formats, description, gemm_calls, gemm_int8_macs,
+                              gemm_bf16_macs, amx_fallbacks }
+        kt_gemm_counts { struct_size, reserved0, calls, int8_macs, bf16_macs, amx_fallbacks }
         kt_vocab_info { struct_size, kind, n_tokens, bos, eos, eot, eom, unk, pad, add_bos, add_eos,
                         add_space_prefix, pre }
         kt_chat_message { role, content }

@@ -32,6 +32,11 @@
  *     own sizeof only when struct_size covers them.
  * kt_chat_message has no struct_size: it is an array element and never grows.
  *
+ * While the major version is 0, a minor version may also change what an earlier one promised; every such change
+ * is listed here:
+ *   0.2: the load-progress callback returns 0 to continue and non-zero to cancel, like every other callback (in
+ *        0.1 it returned non-zero to continue).
+ *
  * Version check idiom (as in sqlite):
  *     assert(kt_version_number() == KT_VERSION_NUMBER);   // header and library agree exactly
  *     if (kt_version_number() / 1000000 != KT_VERSION_MAJOR) ... // ABI-compatible library?
@@ -58,16 +63,16 @@ extern "C" {
 /* Version                                                                                                       */
 
 #define KT_VERSION_MAJOR 0
-#define KT_VERSION_MINOR 1
+#define KT_VERSION_MINOR 2
 #define KT_VERSION_PATCH 0
 #define KT_VERSION_NUMBER (KT_VERSION_MAJOR * 1000000 + KT_VERSION_MINOR * 1000 + KT_VERSION_PATCH)
 
 /* The library's version as KT_VERSION_NUMBER computes it. Same major version = compatible ABI. */
 KT_API int32_t kt_version_number(void);
-/* "0.1.0". Static storage. */
+/* "0.2.0". Static storage. */
 KT_API const char *kt_version_string(void);
 /* One line naming the version, git revision, compiler, enabled backends and the CPU ISAs this process can use,
- * e.g. "kt 0.1.0 (git abc123) gcc 12.2; backends: cpu; cpu isa: avx2 avx512 (vnni bf16); amx: no". Static
+ * e.g. "kt 0.2.0 (git abc123) gcc 12.2; backends: cpu; cpu isa: avx2 avx512 (vnni bf16); amx: no". Static
  * storage, computed once. */
 KT_API const char *kt_build_info(void);
 

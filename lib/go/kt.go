@@ -95,7 +95,7 @@ func invalid(format string, args ...interface{}) error {
 	return &Error{StatusInvalidArgument, fmt.Sprintf(format, args...)}
 }
 
-// Version is the library's version, "0.1.0".
+// Version is the library's version, "0.2.0".
 func Version() string { return C.GoString(C.kt_version_string()) }
 
 // VersionNumber is major*1000000 + minor*1000 + patch of the library linked.

@@ -184,7 +184,7 @@ fn fill_bytes(
 // ------------------------------------------------------------------------------------------------------------
 // The library
 
-/// "0.1.0".
+/// "0.2.0".
 pub fn version() -> &'static str {
     unsafe { static_str(sys::kt_version_string()) }
 }

@@ -28,7 +28,15 @@ struct ContextParams {
 
 enum class Logits { kNone, kLast, kAll };
 
-enum class StopReason : int32_t { kMaxTokens = 0, kStopToken = 1, kCallback = 2, kContextFull = 3 };
+// Why generation ended (kt.h's KT_STOP_*): the last two only for the engine's sequences.
+enum class StopReason : int32_t {
+    kMaxTokens = 0,
+    kStopToken = 1,
+    kCallback = 2,
+    kContextFull = 3,
+    kCancelled = 4,
+    kError = 5,
+};
 
 struct GenerateParams {
     int64_t max_tokens = 0;

@@ -137,7 +137,6 @@ Status Engine::create(std::shared_ptr<const model::Model> model, const EnginePar
     Engine *self = e.get();
     rc.should_abort = [self] { return self->stopping_.load(std::memory_order_relaxed); };
     KT_TRY(BatchRunner::create(std::move(model), rc, &e->runner_));
-    e->logits_.resize(static_cast<size_t>(params.max_sequences * e->model().hp.n_vocab));
     e->counters_.block_tokens = params.kv_block_tokens;
     e->counters_.blocks_total = n_blocks;
     e->counters_.kv_bytes = e->runner_->cache().bytes();
@@ -409,6 +408,9 @@ void Engine::run_step() {
     step.n_segments = static_cast<int64_t>(segments_.size());
     step.output_rows = output_rows_.data();
     step.n_outputs = static_cast<int64_t>(output_rows_.size());
+    // Rows for the sequences sampling in this step; grown to the most a step has needed, not max_sequences.
+    const size_t logits_floats = output_rows_.size() * static_cast<size_t>(model().hp.n_vocab);
+    if (logits_.size() < logits_floats) logits_.resize(logits_floats);
     step.logits = logits_.data();
     const auto start = Clock::now();
     const Status status = runner_->run(step);

@@ -201,7 +201,7 @@ private:
     std::vector<int32_t> output_rows_;
     std::vector<Sequence *> output_sequences_;        // [output]
     std::vector<int32_t> sampled_;                    // [output]
-    std::vector<float> logits_;                       // [max_sequences, V]
+    std::vector<float> logits_;                       // [outputs, V]
 };
 
 }  // namespace kt::runtime

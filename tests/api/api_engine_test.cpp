@@ -283,7 +283,7 @@ TEST_CASE("engine api: cancel, free and engine free in any order while sequences
     kt_engine_free(nullptr);
 }
 
-TEST_CASE("engine api: a full queue is KT_STATUS_BUSY; bad parameters get a status and a message") {
+TEST_CASE("engine api: a full queue is KT_STATUS_BUSY, and bad parameters get a status and a message") {
     Loaded m;
     kt_engine_params p = engine_params(512);
     p.max_sequences = 1;

@@ -155,8 +155,8 @@ void wait_for(Done &&done) {
     }
 }
 
-// The engine's statistics once every submitted sequence has finished and the step that finished the last one
-// has been published (readers are woken inside the step, statistics published after it).
+// The engine's statistics once every submitted sequence has finished (the engine publishes its statistics
+// before it wakes readers, so a drained sequence is already counted; this also checks that nothing is left).
 kt::runtime::EngineStats settled(const Engine &engine) {
     wait_for([&] {
         const kt::runtime::EngineStats s = engine.stats();

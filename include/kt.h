@@ -618,9 +618,10 @@ KT_API kt_status kt_engine_create(kt_model *model, const kt_engine_params *param
  * until their own kt_sequence_free. */
 KT_API void kt_engine_free(kt_engine *engine);
 
-/* Called from the engine's scheduler thread after a step gave the sequence new tokens, and when it finishes.
- * It must return quickly and not block; it may call kt_sequence_read with timeout 0, kt_sequence_info and
- * kt_sequence_cancel (e.g. to wake an event loop), but not kt_sequence_free or kt_engine_free. */
+/* Called from the engine's scheduler thread after a step gave the sequence new tokens, and when it finishes
+ * (possibly before kt_engine_submit has returned the handle it is given). It must return quickly and not block;
+ * it may call kt_sequence_read with timeout 0, kt_sequence_get_info and kt_sequence_cancel (e.g. to wake an event
+ * loop), but not kt_sequence_free or kt_engine_free. */
 typedef void (*kt_sequence_notify_callback)(kt_sequence *sequence, void *user_data);
 
 typedef struct kt_sequence_params {

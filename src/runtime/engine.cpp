@@ -177,12 +177,14 @@ Status Engine::submit(SequenceParams params, std::shared_ptr<Sequence> *out) {
         KT_RETURN_IF(inbox_->n_waiting >= params_.max_queued, KT_STATUS_BUSY,
                      "%lld sequences are waiting for admission already (max_queued %d)",
                      static_cast<long long>(inbox_->n_waiting), params_.max_queued);
-        inbox_->incoming.push_back(seq);
+        // The caller's pointer is set before the scheduler can see the sequence: its notify callback may run
+        // at once and look the sequence up through it.
+        *out = seq;
+        inbox_->incoming.push_back(std::move(seq));
         ++inbox_->n_waiting;
         ++inbox_->n_submitted;
     }
     inbox_->cv.notify_all();
-    *out = std::move(seq);
     return Status::ok();
 }
 

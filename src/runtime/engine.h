@@ -157,7 +157,8 @@ public:
     Engine &operator=(const Engine &) = delete;
 
     // Validates and queues a sequence. KT_STATUS_BUSY when max_queued are waiting, KT_STATUS_CONTEXT_FULL when
-    // the prompt leaves no room to generate, KT_STATUS_INVALID_ARGUMENT for a bad prompt.
+    // the prompt leaves no room to generate, KT_STATUS_INVALID_ARGUMENT for a bad prompt. *out is written
+    // before the scheduler can see the sequence (its notify may run before submit returns).
     Status submit(SequenceParams params, std::shared_ptr<Sequence> *out);
 
     EngineStats stats() const;

@@ -629,7 +629,8 @@ typedef struct kt_sequence_params {
     int32_t reserved0;                 /* must be 0 */
     const int32_t *prompt;             /* n_prompt >= 1 token ids, copied */
     int64_t n_prompt;
-    int64_t max_tokens;                /* default 128: generation stops after this many (KT_STOP_MAX_TOKENS) */
+    int64_t max_tokens;                /* default 128: generation stops after this many (KT_STOP_MAX_TOKENS); 0:
+                                          the prompt is only prefilled (e.g. to fill the prefix cache) */
     const kt_sampler_params *sampler;  /* default NULL: greedy; copied. The sequence's generator is seeded with
                                           its seed, so a seed gives the same tokens as a kt_context would */
     const int32_t *stop_tokens;        /* default NULL; copied: sampling one ends the sequence (KT_STOP_TOKEN; the

@@ -1,8 +1,10 @@
 // kt-engine-bench: aggregate decode speed of the batched engine (kt_engine_*) with 1, 8, 32, 64, 100 ... sequences
 // decoding at once, next to one kt_context's decode on the same file, with the roofline measured in the same run.
 //
-//   kt-engine-bench -m MODEL [--streams 1,8,32,64,100] [-p 32] [-n 64] [-t THREADS] [--temp 0.8] [-o md|csv]
+//   kt-engine-bench -m MODEL [--streams 1,8,32,64,100] [-p 32] [-n 64] [-t THREADS] [--temp 0.8] [-r 3] [-o md|csv]
 //
+// The stream counts (and the kt_context reference) run in -r rounds, one after another in each round, and each
+// is reported by its median round: on a shared machine the load drifts, and this spreads the drift over all.
 // For each stream count N: a fresh engine admitting N sequences; N prompts of -p random tokens (a different seed
 // each, so no prefix is shared) submitted at once, each generating -n tokens with the sampler at --temp (top-k 40,
 // top-p 0.95, its own seed), so that the sequences' tokens, and with them the experts they route to, differ as real
@@ -43,6 +45,7 @@ struct Options {
     int32_t threads = 0;
     float temperature = 0.8f;
     int64_t roofline_mib = 1024;
+    int64_t rounds = 3;
     std::string output = "md";
 };
 
@@ -55,6 +58,7 @@ int usage(const char *message = nullptr) {
                  "  -n N                 tokens generated per sequence (default 64)\n"
                  "  -t N                 threads (default 0: one per physical core)\n"
                  "  --temp F             sampling temperature (default 0.8; 0: greedy)\n"
+                 "  -r N                 rounds of every stream count, reported by the median (default 3)\n"
                  "  --roofline-mib N     bandwidth buffer in MiB (default 1024); 0 skips the roofline\n"
                  "  -o md|csv            output (default md)\n");
     return 2;
@@ -262,6 +266,7 @@ int main(int argc, char **argv) {
         else if (a == "-p") { if (!kt_cli::parse_int(v, &o.n_prompt) || o.n_prompt < 1) return usage("bad -p"); }
         else if (a == "-n") { if (!kt_cli::parse_int(v, &o.n_gen) || o.n_gen < 2) return usage("bad -n"); }
         else if (a == "-t") { if (!kt_cli::parse_int(v, &x) || x < 0) return usage("bad -t"); o.threads = static_cast<int32_t>(x); }
+        else if (a == "-r") { if (!kt_cli::parse_int(v, &o.rounds) || o.rounds < 1) return usage("bad -r"); }
         else if (a == "--temp") { if (!kt_cli::parse_float(v, &o.temperature)) return usage("bad --temp"); }
         else if (a == "--roofline-mib") { if (!kt_cli::parse_int(v, &o.roofline_mib) || o.roofline_mib < 0) return usage("bad --roofline-mib"); }
         else if (a == "-o") { o.output = v; if (o.output != "md" && o.output != "csv") return usage("-o wants md or csv"); }
@@ -293,21 +298,32 @@ int main(int argc, char **argv) {
     // The single-sequence reference (its first call also prepares the weights for every later engine).
     context_decode_rate(model, o, n_vocab);  // warm-up
     const double ctx_load_before = kt_cli::load_average();
-    const double ctx_rate = context_decode_rate(model, o, n_vocab);
-    const double ctx_load_after = kt_cli::load_average();
     kt_roofline roof{};
     roof.struct_size = sizeof roof;
     const bool have_roofline = o.roofline_mib > 0 &&
                                kt_measure_roofline(o.threads, static_cast<uint64_t>(o.roofline_mib) << 20, &roof) == KT_STATUS_OK;
 
-    std::vector<Result> results;
-    for (int64_t n : o.streams) {
-        Result r;
-        if (!run_streams(model, o, n, n_vocab, w, have_roofline ? roof.read_bytes_per_s : 0, &r)) {
-            kt_model_free(model);
-            return 1;
+    // Rounds of every stream count (and the context) in turn, so that a change in the machine's load spreads over
+    // all of them; each is reported by its median round.
+    std::vector<double> ctx_rates;
+    std::vector<std::vector<Result>> rounds(o.streams.size());
+    for (int64_t round = 0; round < o.rounds; ++round) {
+        ctx_rates.push_back(context_decode_rate(model, o, n_vocab));
+        for (size_t i = 0; i < o.streams.size(); ++i) {
+            Result r;
+            if (!run_streams(model, o, o.streams[i], n_vocab, w, have_roofline ? roof.read_bytes_per_s : 0, &r)) {
+                kt_model_free(model);
+                return 1;
+            }
+            rounds[i].push_back(r);
         }
-        results.push_back(r);
+    }
+    const double ctx_load_after = kt_cli::load_average();
+    const double ctx_rate = percentile(ctx_rates, 0.5);
+    std::vector<Result> results;
+    for (std::vector<Result> &runs : rounds) {
+        std::sort(runs.begin(), runs.end(), [](const Result &a, const Result &b) { return a.aggregate < b.aggregate; });
+        results.push_back(runs[runs.size() / 2]);
     }
     double one = 0;
     for (const Result &r : results)
@@ -334,8 +350,17 @@ int main(int argc, char **argv) {
             std::printf("roofline with %d threads: read %.1f GB/s (%lld MiB buffer), int8 dot %.0f GOP/s (%s)\n",
                         roof.n_threads, roof.read_bytes_per_s / 1e9, static_cast<long long>(o.roofline_mib),
                         roof.int8_ops_per_s / 1e9, roof.int8_isa);
-        std::printf("kt_context (one sequence, as kt-run): decode %.2f tok/s; load average %.2f -> %.2f\n\n", ctx_rate,
-                    ctx_load_before, ctx_load_after);
+        std::printf("kt_context (one sequence, as kt-run): decode %.2f tok/s (median of %zu rounds); load average %.2f -> "
+                    "%.2f over the whole run\n",
+                    ctx_rate, ctx_rates.size(), ctx_load_before, ctx_load_after);
+        std::printf("decode tok/s (all streams) by round:");
+        for (size_t i = 0; i < rounds.size(); ++i) {
+            std::printf(" %lld:", static_cast<long long>(o.streams[i]));
+            for (const Result &r : rounds[i]) std::printf(" %.1f", r.aggregate);
+        }
+        std::printf("; kt_context:");
+        for (double c : ctx_rates) std::printf(" %.1f", c);
+        std::printf("\n\n");
         std::printf("| streams | TTFT p50 s | TTFT p95 s | decode tok/s (all) | per stream | vs 1 stream | vs kt_context | "
                     "bound tok/s | steps | preempted | load before -> after |\n");
         std::printf("| ------: | ---------: | ---------: | -----------------: | ---------: | ----------: | ------------: | "

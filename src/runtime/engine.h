@@ -10,7 +10,8 @@
 //   4. waiting sequences are admitted in order while there is room (max_sequences, tokens left in the step, and
 //      free or evictable blocks for all of their tokens that the prefix cache does not already hold);
 //   5. one BatchRunner step runs all of it; each sequence whose tokens are all computed samples its next token
-//      (in parallel: every sequence has its own sampler), publishes it to its readers and may finish.
+//      (in parallel: every sequence has its own sampler) and may finish;
+//   6. the statistics are published, then the step's tokens and ends to the readers (and notify callbacks).
 // Full blocks are published to the prefix cache as soon as they are computed, so a prompt submitted while
 // another with the same prefix is still running reuses its blocks too.
 //

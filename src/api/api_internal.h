@@ -2,6 +2,8 @@
 // exceptions and failures from crossing the ABI.
 #pragma once
 
+#include <algorithm>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -16,6 +18,7 @@
 #include "model/model.h"
 #include "model/tokenizer/tokenizer.h"
 #include "runtime/context.h"
+#include "runtime/engine.h"
 
 // A handle's "last error" (kt_..._last_error) when one thread at a time uses the handle (kt_context,
 // kt_gguf_writer, kt_detokenizer): one message, valid until the next failing call on the handle.
@@ -109,5 +112,18 @@ kt_status guard_on(const Handle *handle, Body &&body) noexcept {
 
 // Copies a status into the caller's optional kt_error (constructors).
 void fill_error(kt_error *err, const Status &status) noexcept;
+
+// KT_STATUS_INVALID_ARGUMENT with `what` as the message unless `condition` holds.
+Status require(bool condition, const char *what);
+
+// The model prepared for `kernels`, built once per kt_model and shared by its contexts and engines. n_threads: the
+// expert engine's (the first AUTO user's choice).
+Status prepared_model(kt_model *model, int32_t kernels, int32_t n_threads, std::shared_ptr<const model::Model> *out);
+
+// The sampler settings of a (possibly NULL) caller struct; NULL means greedy.
+Status read_sampler(const kt_sampler_params *given, runtime::SamplerParams *out);
+
+// Positions per sequence when the caller asks for the default: the model's training context, at most this.
+inline constexpr int64_t kDefaultMaxContext = 4096;
 
 }  // namespace kt::api

@@ -48,6 +48,8 @@ KT_STRUCT_SIZES(kt_chat_params, 32);
 KT_STRUCT_SIZES(kt_expert_pool_params, 88);
 KT_STRUCT_SIZES(kt_expert_weights, 40);
 KT_STRUCT_SIZES(kt_expert_forward, 56);
+KT_STRUCT_SIZES(kt_engine_params, 56);
+KT_STRUCT_SIZES(kt_sequence_params, 72);
 // Output structs (kt writes them).
 KT_STRUCT_SIZES(kt_error, 1032);
 KT_STRUCT_SIZES(kt_tensor_info, 80);
@@ -56,6 +58,8 @@ KT_STRUCT_SIZES(kt_perf, 80);
 KT_STRUCT_SIZES(kt_roofline, 72, 88);
 KT_STRUCT_SIZES(kt_expert_pool_info, 72, 176);
 KT_STRUCT_SIZES(kt_gemm_counts, 112);
+KT_STRUCT_SIZES(kt_sequence_info, 64);
+KT_STRUCT_SIZES(kt_engine_stats, 216);
 
 #undef KT_STRUCT_SIZES
 

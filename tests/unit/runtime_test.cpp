@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <random>
 #include <vector>
 
 #include "backends/cpu/cpu_features.h"
@@ -49,7 +50,7 @@ std::vector<double> naive_attention(const std::vector<float> &q, const std::vect
 
 }  // namespace
 
-TEST_CASE("attention over the KV cache equals the definition, whatever the batching, on every ISA level") {
+TEST_CASE("attention over the paged KV cache equals the definition, whatever the batching and block layout, on every ISA level") {
     struct Shape {
         int64_t H, Hkv, Dk, Dv, T;
     };
@@ -74,33 +75,73 @@ TEST_CASE("attention over the KV cache equals the definition, whatever the batch
         const auto v = kt::test::random_normal(size_t(sh.T * sh.Hkv * sh.Dv), 3);
         const auto k_other = kt::test::random_normal(k.size(), 4), v_other = kt::test::random_normal(v.size(), 5);
         const std::vector<double> expected = naive_attention(q, k, v, sh.T, sh.H, sh.Hkv, sh.Dk, sh.Dv, hp.kq_scale);
+        const std::vector<double> expected_other =
+            naive_attention(q, k_other, v_other, sh.T, sh.H, sh.Hkv, sh.Dk, sh.Dv, hp.kq_scale);
         for (int32_t type : {KT_TYPE_F32, KT_TYPE_F16, KT_TYPE_BF16, KT_TYPE_Q8_0}) {
             if (type == KT_TYPE_Q8_0 && (sh.Dk % 32 != 0 || sh.Dv % 32 != 0)) {
                 kt::runtime::KvCache cache;
-                CHECK(kt::runtime::KvCache::create(hp, 64, type, 1, &cache).code() == KT_STATUS_UNSUPPORTED);
+                kt::runtime::KvCache::Config config;
+                config.type = type;
+                config.max_positions = 64;
+                CHECK(kt::runtime::KvCache::create(hp, config, &cache).code() == KT_STATUS_UNSUPPORTED);
                 continue;
             }
             const double tolerance = type == KT_TYPE_F32 ? 1e-5 : type == KT_TYPE_F16 ? 3e-3 : type == KT_TYPE_BF16 ? 2e-2 : 3e-2;
-            // One call, then the same tokens in uneven steps (the later steps attend to cached positions); the
-            // second layer's slice must not disturb the first.
+            // Two sequences in every call, each in its own shuffled blocks: A over (k, v), B over (k_other,
+            // v_other); A's rows first, then B's. The tokens go in one call, then in uneven steps (the later steps
+            // attend to cached positions). Layer 1 gets other keys for A: it must not disturb layer 0.
+            for (int64_t block : {int64_t(16), int64_t(32), int64_t(64)}) {
             for (int64_t step : {sh.T, int64_t(5), int64_t(1)}) {
-                INFO("type " << kt_type_name(type) << ", step " << step);
+                INFO("type " << kt_type_name(type) << ", block " << block << ", step " << step);
+                const int64_t per_sequence = (64 + block - 1) / block;
+                std::vector<int32_t> ids(size_t(2 * per_sequence));
+                std::iota(ids.begin(), ids.end(), 0);
+                std::shuffle(ids.begin(), ids.end(), std::mt19937(uint32_t(block + step)));
+                const int32_t *table_a = ids.data(), *table_b = ids.data() + per_sequence;
                 kt::runtime::KvCache cache;
-                REQUIRE(kt::runtime::KvCache::create(hp, 64, type, pool->size(), &cache).is_ok());
-                std::vector<float> out(size_t(sh.T * sh.H * sh.Dv), 0.0f), other(out.size());
+                kt::runtime::KvCache::Config config;
+                config.type = type;
+                config.block_positions = block;
+                config.n_blocks = 2 * per_sequence;
+                config.max_positions = 64;
+                config.n_threads = pool->size();
+                REQUIRE(kt::runtime::KvCache::create(hp, config, &cache).is_ok());
+                std::vector<float> out_a(size_t(sh.T * sh.H * sh.Dv), 0.0f), out_b(out_a.size()), other(out_a.size());
                 for (int64_t t0 = 0; t0 < sh.T; t0 += step) {
                     const int64_t n = std::min(step, sh.T - t0);
-                    cache.attend(1, t0, n, q.data() + t0 * sh.H * sh.Dk, k_other.data() + t0 * sh.Hkv * sh.Dk,
-                                 v_other.data() + t0 * sh.Hkv * sh.Dv, other.data() + t0 * sh.H * sh.Dv, *pool);
-                    cache.attend(0, t0, n, q.data() + t0 * sh.H * sh.Dk, k.data() + t0 * sh.Hkv * sh.Dk,
-                                 v.data() + t0 * sh.Hkv * sh.Dv, out.data() + t0 * sh.H * sh.Dv, *pool);
+                    // The batch: rows [0, n) of A, then [n, 2n) of B.
+                    std::vector<float> bq, bk, bv;
+                    auto append = [&](std::vector<float> &dst, const std::vector<float> &src, int64_t width) {
+                        dst.insert(dst.end(), src.begin() + t0 * width, src.begin() + (t0 + n) * width);
+                    };
+                    append(bq, q, sh.H * sh.Dk);
+                    append(bq, q, sh.H * sh.Dk);
+                    append(bk, k_other, sh.Hkv * sh.Dk);
+                    append(bv, v_other, sh.Hkv * sh.Dv);
+                    std::vector<float> bo(size_t(2 * n * sh.H * sh.Dv));
+                    const kt::runtime::KvCache::Segment only_a{table_a, t0, 0, n};
+                    cache.attend(1, &only_a, 1, bq.data(), bk.data(), bv.data(), other.data(), *pool);
+                    bk.clear();
+                    bv.clear();
+                    append(bk, k, sh.Hkv * sh.Dk);
+                    append(bk, k_other, sh.Hkv * sh.Dk);
+                    append(bv, v, sh.Hkv * sh.Dv);
+                    append(bv, v_other, sh.Hkv * sh.Dv);
+                    const kt::runtime::KvCache::Segment both[] = {{table_a, t0, 0, n}, {table_b, t0, n, n}};
+                    cache.attend(0, both, 2, bq.data(), bk.data(), bv.data(), bo.data(), *pool);
+                    const size_t width = size_t(sh.H * sh.Dv);
+                    std::copy_n(bo.begin(), n * width, out_a.begin() + t0 * width);
+                    std::copy_n(bo.begin() + n * width, n * width, out_b.begin() + t0 * width);
                 }
-                double worst = 0, scale = 0;
-                for (size_t i = 0; i < out.size(); ++i) {
-                    worst = std::max(worst, std::fabs(out[i] - expected[i]));
-                    scale = std::max(scale, std::fabs(expected[i]));
+                double worst_a = 0, worst_b = 0, scale = 0;
+                for (size_t i = 0; i < out_a.size(); ++i) {
+                    worst_a = std::max(worst_a, std::fabs(out_a[i] - expected[i]));
+                    worst_b = std::max(worst_b, std::fabs(out_b[i] - expected_other[i]));
+                    scale = std::max(scale, std::max(std::fabs(expected[i]), std::fabs(expected_other[i])));
                 }
-                CHECK(worst / scale < tolerance);
+                CHECK(worst_a / scale < tolerance);
+                CHECK(worst_b / scale < tolerance);
+            }
             }
         }
     }
@@ -283,4 +324,84 @@ TEST_CASE("sampler: greedy, filters, penalties and seeded draws") {
     // Same seed, same draws.
     t1.seed = 42;
     CHECK(frequencies(t1, probs, 300) == frequencies(t1, probs, 300));
+}
+
+namespace {
+
+// The sampler chain written plainly (penalties on a copy of every logit, a full sort, filters, one draw), as the
+// oracle for the sampler's one-pass selection.
+int32_t sample_plainly(const kt::runtime::SamplerParams &p, const std::vector<float> &logits,
+                       const std::vector<int32_t> &history, std::mt19937_64 &rng) {
+    struct C {
+        int32_t id;
+        float logit;
+        double p;
+    };
+    std::vector<C> c;
+    for (size_t i = 0; i < logits.size(); ++i) c.push_back({int32_t(i), logits[i], 0.0});
+    const size_t window = p.repeat_last_n < 0 ? history.size() : std::min(history.size(), size_t(p.repeat_last_n));
+    std::map<int32_t, int> count;
+    for (size_t i = history.size() - window; i < history.size(); ++i) ++count[history[i]];
+    for (const auto &[id, n] : count) {
+        float &l = c[size_t(id)].logit;
+        l = l <= 0.0f ? l * p.repeat_penalty : l / p.repeat_penalty;
+        l -= float(n) * p.frequency_penalty + p.presence_penalty;
+    }
+    std::sort(c.begin(), c.end(), [](const C &a, const C &b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); });
+    if (p.temperature <= 0.0f) return c[0].id;
+    size_t n = p.top_k > 0 ? std::min(c.size(), size_t(p.top_k)) : c.size();
+    auto softmax = [&](size_t count_, float t) {
+        double sum = 0;
+        for (size_t i = 0; i < count_; ++i) sum += c[i].p = float(std::exp(c[i].logit / t - c[0].logit / t));
+        for (size_t i = 0; i < count_; ++i) c[i].p = float(c[i].p / sum);
+    };
+    softmax(n, 1.0f);
+    if (p.top_p < 1.0f) {
+        double cumulative = 0;
+        for (size_t i = 0; i < n; ++i)
+            if ((cumulative += c[i].p) >= p.top_p) {
+                n = i + 1;
+                break;
+            }
+    }
+    if (p.min_p > 0.0f) {
+        size_t keep = 1;
+        while (keep < n && c[keep].p >= p.min_p * c[0].p) ++keep;
+        n = keep;
+    }
+    softmax(n, p.temperature);
+    double r = double(rng() >> 11) * 0x1.0p-53;
+    for (size_t i = 0; i < n; ++i)
+        if ((r -= c[i].p) < 0.0) return c[i].id;
+    return c[n - 1].id;
+}
+
+}  // namespace
+
+TEST_CASE("sampler: its one-pass top-k and penalties choose what the plain full-sort chain chooses") {
+    std::mt19937 gen(5);
+    for (int trial = 0; trial < 300; ++trial) {
+        const int64_t V = 1 + int64_t(gen() % 700);
+        std::vector<float> logits = kt::test::random_normal(size_t(V), uint64_t(trial), 3.0f);
+        // Many ties (logits rounded to halves in every other trial): the order among equal logits (lower id
+        // first) decides which tokens survive top-k.
+        if (trial % 2) for (float &l : logits) l = std::round(l * 2) / 2;
+        std::vector<int32_t> history(gen() % 90);
+        for (int32_t &t : history) t = int32_t(gen() % V);
+        kt::runtime::SamplerParams p;
+        p.temperature = trial % 4 == 0 ? 0.0f : 0.3f + float(gen() % 10) / 10;
+        p.top_k = int32_t(gen() % 3 == 0 ? 0 : gen() % 60);
+        p.top_p = gen() % 2 ? 1.0f : 0.5f + float(gen() % 50) / 100;
+        p.min_p = gen() % 2 ? 0.0f : float(gen() % 20) / 100;
+        p.repeat_penalty = gen() % 2 ? 1.0f : 1.3f;
+        p.repeat_last_n = int32_t(gen() % 3 == 0 ? -1 : gen() % 70);
+        p.presence_penalty = gen() % 2 ? 0.0f : 0.5f;
+        p.frequency_penalty = gen() % 2 ? 0.0f : 0.2f;
+        p.seed = uint64_t(trial);
+        INFO("trial " << trial << ": V " << V << ", T " << p.temperature << ", top-k " << p.top_k);
+        kt::runtime::Sampler s;
+        s.seed(p.seed);
+        std::mt19937_64 rng(p.seed);
+        for (int draw = 0; draw < 4; ++draw) CHECK(s.sample(p, logits.data(), V, history) == sample_plainly(p, logits, history, rng));
+    }
 }

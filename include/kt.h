@@ -71,6 +71,7 @@ typedef int32_t kt_status;
 #define KT_STATUS_MISUSE 10           /* the call is not allowed in the handle's current state */
 #define KT_STATUS_INTERNAL 11         /* a bug in kt; please report the message */
 #define KT_STATUS_CONTEXT_FULL 12     /* the tokens do not fit in the context's remaining positions */
+#define KT_STATUS_BUSY 13             /* a queue is full (kt_engine_submit): try again later */
 
 /* Fixed English text for a status code ("invalid file"); never NULL. */
 KT_API const char *kt_status_string(kt_status status);
@@ -556,6 +557,171 @@ typedef struct kt_perf {
 /* Fills *out_perf (struct_size set by the caller) with the counters accumulated since create or perf_reset. */
 KT_API kt_status kt_context_perf(const kt_context *context, kt_perf *out_perf);
 KT_API void kt_context_perf_reset(kt_context *context);
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Engines: many sequences of one model decoded together (continuous batching), for servers.                    */
+/*                                                                                                              */
+/* An engine owns worker threads, a scheduler thread and a pool of KV-cache blocks. Callers submit sequences    */
+/* (a prompt, sampling settings, stop tokens) from any thread and read their tokens as they come. Each forward  */
+/* step of the scheduler takes the next token of every decoding sequence plus chunks of the prompts being       */
+/* prefilled, up to max_step_tokens, so every layer (and each routed expert's weights) is read once for all of  */
+/* them; attention runs per sequence over its own blocks. A sequence's results do not depend on which others    */
+/* share its steps, up to floating-point rounding (the kernels may sum in another order for another batch size): */
+/* at temperature 0 the tokens are those of a kt_context running it alone.                                      */
+/*                                                                                                              */
+/* KV memory: blocks of kv_block_tokens positions under kv_budget_bytes. A queued sequence is admitted when the */
+/* blocks for its prompt are free; when a decoding sequence needs a block and none is free, the most recently   */
+/* admitted sequence is preempted (its blocks released, its tokens kept) and later resumed by recomputing them: */
+/* preemption delays a sequence, it never fails one. Prefix cache: full blocks are kept after their sequence   */
+/* ends, keyed by their token content (and everything before it); a later prompt that starts with the same     */
+/* tokens (a shared system prompt, the earlier turns of a chat) uses them instead of computing them again.      */
+/* Cached blocks nobody uses are evicted, least recently used first, when blocks run out.                       */
+/*                                                                                                              */
+/* Thread-safety: every kt_engine_* and kt_sequence_* function may be called from any thread, concurrently,    */
+/* except that a handle must not be freed while another call on it is running. No call waits for more than    */
+/* one step of the scheduler (except kt_sequence_read's chosen timeout and kt_engine_free, which waits for the  */
+/* step in progress); none delays other sequences. The model must outlive the engine; sequences may be freed    */
+/* before or after their engine (a sequence whose engine was freed reads as finished, KT_STOP_CANCELLED).       */
+/* The engine shares the model's prepared weights with its contexts (see Contexts).                             */
+
+typedef struct kt_engine kt_engine;
+typedef struct kt_sequence kt_sequence;
+
+typedef struct kt_engine_params {
+    uint32_t struct_size;       /* sizeof(kt_engine_params) */
+    int32_t n_threads;          /* default 0: one per physical core */
+    int32_t max_sequences;      /* sequences admitted (prefilling or decoding) at once; default 16; more wait */
+    int32_t max_queued;         /* sequences waiting for admission (including preempted ones); default 256; a
+                                   submit beyond it fails with KT_STATUS_BUSY */
+    int64_t n_ctx;              /* positions per sequence (prompt + generated); default 0: the model's training
+                                   context, at most 4096 */
+    uint64_t kv_budget_bytes;   /* bytes of the KV block pool; default 0: max_sequences full sequences. It must
+                                   hold at least one full sequence (n_ctx positions). Pages are touched on use. */
+    int32_t kv_type;            /* KV element type as in kt_context_params: KT_TYPE_F16 (default), BF16, F32, Q8_0 */
+    int32_t kv_block_tokens;    /* positions per KV block, a multiple of 16 in [16, 4096]; default 16 (also the
+                                   granularity of prefix reuse) */
+    int64_t max_step_tokens;    /* tokens per forward step (one per decoding sequence, the rest prefill chunks);
+                                   default 512; at least max_sequences */
+    int32_t prefix_cache;       /* default 1: reuse cached prompt prefixes; 0: off (blocks are freed at once) */
+    int32_t kernels;            /* KT_KERNELS_AUTO (default) or KT_KERNELS_REFERENCE */
+} kt_engine_params;
+
+KT_API void kt_engine_params_init(kt_engine_params *params);
+
+/* Creates an engine for `model` (params may be NULL for defaults) and starts its threads; an idle engine uses no
+ * CPU. Fails as kt_context_create does, and with KT_STATUS_INVALID_ARGUMENT for parameters out of range (the
+ * message names the field and, for kv_budget_bytes, the smallest budget that works). On failure *out_engine is
+ * NULL and `err` (if not NULL) receives the status and message. */
+KT_API kt_status kt_engine_create(kt_model *model, const kt_engine_params *params, kt_engine **out_engine,
+                                  kt_error *err);
+/* Cancels every sequence, waits for the step in progress and stops the threads. Sequence handles stay valid
+ * until their own kt_sequence_free. */
+KT_API void kt_engine_free(kt_engine *engine);
+
+/* Called from the engine's scheduler thread after a step gave the sequence new tokens, and when it finishes.
+ * It must return quickly and not block; it may call kt_sequence_read with timeout 0, kt_sequence_info and
+ * kt_sequence_cancel (e.g. to wake an event loop), but not kt_sequence_free or kt_engine_free. */
+typedef void (*kt_sequence_notify_callback)(kt_sequence *sequence, void *user_data);
+
+typedef struct kt_sequence_params {
+    uint32_t struct_size;              /* sizeof(kt_sequence_params) */
+    int32_t reserved0;                 /* must be 0 */
+    const int32_t *prompt;             /* n_prompt >= 1 token ids, copied */
+    int64_t n_prompt;
+    int64_t max_tokens;                /* default 128: generation stops after this many (KT_STOP_MAX_TOKENS) */
+    const kt_sampler_params *sampler;  /* default NULL: greedy; copied. The sequence's generator is seeded with
+                                          its seed, so a seed gives the same tokens as a kt_context would */
+    const int32_t *stop_tokens;        /* default NULL; copied: sampling one ends the sequence (KT_STOP_TOKEN; the
+                                          token is not reported) */
+    int64_t n_stop_tokens;
+    kt_sequence_notify_callback notify;  /* default NULL */
+    void *notify_user_data;
+} kt_sequence_params;
+
+KT_API void kt_sequence_params_init(kt_sequence_params *params);
+
+/* Queues a new sequence; everything in params is copied. Returns at once: the sequence waits for admission,
+ * then prefills and generates while the caller reads. Statuses: KT_STATUS_INVALID_ARGUMENT (no prompt, a token
+ * outside the vocabulary, bad sampler settings), KT_STATUS_CONTEXT_FULL (the prompt has n_ctx tokens or more:
+ * nothing was queued), KT_STATUS_BUSY (max_queued sequences are waiting already), KT_STATUS_MISUSE (the engine
+ * is being freed). On failure *out_sequence is NULL and `err` (if not NULL) says why. Free the sequence with
+ * kt_sequence_free. */
+KT_API kt_status kt_engine_submit(kt_engine *engine, const kt_sequence_params *params, kt_sequence **out_sequence,
+                                  kt_error *err);
+
+#define KT_FINISH_NONE (-1)  /* *out_finish of kt_sequence_read while more tokens may come */
+
+/* Hands out the tokens generated since the last read (at most `capacity`, >= 1, into tokens), waiting up to
+ * timeout_ms (0: do not wait; -1: no limit) for at least one new token or the end. *out_n (may be NULL) gets how
+ * many were written (0 when the wait timed out: KT_STATUS_OK all the same); *out_finish (may be NULL) gets
+ * KT_FINISH_NONE, or the KT_STOP_* reason once the sequence has finished and every token has been read. Each
+ * token is handed out once, whichever thread reads. KT_STATUS_INVALID_ARGUMENT for NULL tokens or capacity < 1. */
+KT_API kt_status kt_sequence_read(kt_sequence *sequence, int32_t *tokens, int64_t capacity, int32_t timeout_ms,
+                                  int64_t *out_n, int32_t *out_finish);
+
+/* Ends the sequence (KT_STOP_CANCELLED) at the next step boundary and frees its KV blocks then; tokens already
+ * generated can still be read. No effect on a finished sequence; NULL is a no-op. Never blocks. */
+KT_API void kt_sequence_cancel(kt_sequence *sequence);
+
+/* Cancels the sequence if it is still running and frees the handle (its blocks go back to the pool within one
+ * step). NULL is a no-op. */
+KT_API void kt_sequence_free(kt_sequence *sequence);
+
+#define KT_SEQUENCE_QUEUED 0     /* waiting for admission */
+#define KT_SEQUENCE_PREFILL 1    /* its prompt (or, after preemption, its tokens so far) is being computed */
+#define KT_SEQUENCE_DECODING 2   /* generating, one token per step */
+#define KT_SEQUENCE_PREEMPTED 3  /* its blocks were reclaimed; it waits to be resumed */
+#define KT_SEQUENCE_FINISHED 4
+
+#define KT_STOP_CANCELLED 4      /* kt_sequence_cancel, kt_sequence_free or kt_engine_free ended the sequence */
+#define KT_STOP_ERROR 5          /* a step failed (kt_sequence_last_error says why); the engine goes on */
+
+typedef struct kt_sequence_info {
+    uint32_t struct_size;        /* set by the caller: sizeof(kt_sequence_info) */
+    int32_t state;               /* KT_SEQUENCE_* */
+    int32_t finish_reason;       /* KT_STOP_* once finished, else KT_FINISH_NONE */
+    int32_t n_preemptions;       /* times its blocks were reclaimed */
+    int64_t n_prompt;
+    int64_t n_prompt_cached;     /* prompt tokens taken from the prefix cache instead of computed (first
+                                    admission) */
+    int64_t n_generated;         /* tokens generated so far (read or not) */
+    double queued_seconds;       /* from submit to first admission (so far, while queued) */
+    double first_token_seconds;  /* from submit to the first generated token; -1 until then */
+    double elapsed_seconds;      /* from submit to finish (so far, while running) */
+} kt_sequence_info;
+
+/* Fills *out_info (struct_size set by the caller). Never blocks for more than a short lock. */
+KT_API kt_status kt_sequence_get_info(const kt_sequence *sequence, kt_sequence_info *out_info);
+
+/* The message of the sequence's error ("" if none): why it finished with KT_STOP_ERROR. Valid until
+ * kt_sequence_free. */
+KT_API const char *kt_sequence_last_error(const kt_sequence *sequence);
+
+#define KT_ENGINE_STEP_BUCKETS 12  /* step_tokens[i] counts steps of [2^i, 2^(i+1)) tokens; the last, 2048 and up */
+
+typedef struct kt_engine_stats {
+    uint32_t struct_size;           /* set by the caller: sizeof(kt_engine_stats) */
+    int32_t n_running;              /* admitted sequences (prefilling or decoding) */
+    int32_t n_queued;               /* waiting for admission, preempted ones included */
+    int32_t kv_block_tokens;
+    int64_t kv_blocks_total;
+    int64_t kv_blocks_used;         /* held by sequences (a block shared by several counts once) */
+    int64_t kv_blocks_cached;       /* held only by the prefix cache: reusable, evicted when blocks run out */
+    uint64_t kv_bytes;              /* bytes of the block pool */
+    int64_t n_submitted;
+    int64_t n_finished;
+    int64_t n_preemptions;
+    int64_t n_prompt_tokens;        /* prompt tokens of admitted sequences (first admissions) */
+    int64_t n_prompt_tokens_cached; /* of those, taken from the prefix cache */
+    int64_t n_prefill_tokens;       /* tokens computed in prefill chunks, recomputation after preemption included */
+    int64_t n_generated_tokens;
+    int64_t n_steps;
+    double step_seconds;            /* time spent in forward steps */
+    int64_t step_tokens[KT_ENGINE_STEP_BUCKETS];
+} kt_engine_stats;
+
+/* Fills *out_stats (struct_size set by the caller), as of the last step boundary. */
+KT_API kt_status kt_engine_get_stats(const kt_engine *engine, kt_engine_stats *out_stats);
 
 /* ------------------------------------------------------------------------------------------------------------ */
 /* The machine's roofline, for benchmarks: memory read bandwidth and the int8 and bf16 dot-product peaks,      */

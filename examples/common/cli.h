@@ -33,6 +33,35 @@ inline bool parse_float(const char *text, float *out) {
     return true;
 }
 
+// "1,8,32": non-negative integers separated by commas, at least one.
+inline bool parse_int_list(const char *text, std::vector<int64_t> *out) {
+    out->clear();
+    const std::string s = text;
+    size_t at = 0;
+    while (at <= s.size()) {
+        const size_t comma = s.find(',', at);
+        const std::string item = s.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+        int64_t v = 0;
+        if (!parse_int(item.c_str(), &v) || v < 0) return false;
+        out->push_back(v);
+        if (comma == std::string::npos) break;
+        at = comma + 1;
+    }
+    return !out->empty();
+}
+
+// The machine's 1-minute load average (/proc/loadavg), to be stated next to every number taken on a shared
+// machine; -1 when unknown.
+inline double load_average() {
+    FILE *f = std::fopen("/proc/loadavg", "r");
+    double load = -1;
+    if (f) {
+        if (std::fscanf(f, "%lf", &load) != 1) load = -1;
+        std::fclose(f);
+    }
+    return load;
+}
+
 enum class Flag { kNotMine, kTaken, kBadValue };
 
 // Applies one sampling flag with its value to *sp: --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n

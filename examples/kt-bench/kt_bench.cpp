@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cli.h"
 #include "kt.h"
 
 namespace {
@@ -49,24 +50,6 @@ int usage(const char *message = nullptr) {
                  "      --roofline-mib N    bandwidth buffer in MiB (default 1024); 0 skips the roofline\n"
                  "  -o, --output FMT        md (default), csv or json\n");
     return 2;
-}
-
-bool parse_list(const char *text, std::vector<int64_t> *out) {
-    out->clear();
-    std::string s = text;
-    size_t at = 0;
-    while (at <= s.size()) {
-        const size_t comma = s.find(',', at);
-        const std::string item = s.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
-        char *end = nullptr;
-        errno = 0;
-        const long long v = std::strtoll(item.c_str(), &end, 10);
-        if (errno || end == item.c_str() || *end || v < 0) return false;
-        out->push_back(v);
-        if (comma == std::string::npos) break;
-        at = comma + 1;
-    }
-    return !out->empty();
 }
 
 struct Test {
@@ -232,16 +215,6 @@ struct Options {
     std::string output = "md";
 };
 
-// The machine's 1-minute load average, to be stated next to every number taken on a shared machine.
-double load_average() {
-    FILE *f = std::fopen("/proc/loadavg", "r");
-    double load = -1;
-    if (f) {
-        if (std::fscanf(f, "%lf", &load) != 1) load = -1;
-        std::fclose(f);
-    }
-    return load;
-}
 
 std::vector<int32_t> random_tokens(int64_t n, int64_t n_vocab, int32_t bos, std::mt19937_64 &rng) {
     std::vector<int32_t> t(static_cast<size_t>(n));
@@ -319,7 +292,7 @@ bool run_model(const Options &o, const std::string &path, std::vector<Result> *r
             r.n_batch = o.n_batch;
             r.type_k = o.kv_type == KT_TYPE_F16 ? "f16" : o.kv_type == KT_TYPE_BF16 ? "bf16" : o.kv_type == KT_TYPE_Q8_0 ? "q8_0" : "f32";
             r.test = test;
-            r.load_before = load_average();
+            r.load_before = kt_cli::load_average();
             // The roofline just before the test: on a shared machine the load moves, and a bound measured minutes
             // earlier would say more about the neighbours than about kt.
             r.roofline.struct_size = sizeof r.roofline;
@@ -362,7 +335,7 @@ bool run_model(const Options &o, const std::string &path, std::vector<Result> *r
                 const double pp_s = static_cast<double>(test.n_prompt) * 2.0 * info.macs_per_token / roofline.int8_ops_per_s;
                 r.bound_ts = static_cast<double>(test.n_prompt + test.n_gen) / (gen_s + pp_s);
             }
-            r.load_after = load_average();
+            r.load_after = kt_cli::load_average();
             std::fprintf(stderr, "kt-bench: %s %s t=%d: %.2f t/s\n", info.desc.c_str(), test.name().c_str(), r.threads,
                          Result::mean(r.ts()));
             results->push_back(r);
@@ -531,15 +504,15 @@ int main(int argc, char **argv) {
         const char *v = argv[++i];
         std::vector<int64_t> list;
         if (a == "-m" || a == "--model") o.models.push_back(v);
-        else if (a == "-p" || a == "--n-prompt") { if (!parse_list(v, &o.n_prompt)) return usage("bad -p"); }
-        else if (a == "-n" || a == "--n-gen") { if (!parse_list(v, &o.n_gen)) return usage("bad -n"); }
-        else if (a == "-t" || a == "--threads") { if (!parse_list(v, &o.threads)) return usage("bad -t"); }
+        else if (a == "-p" || a == "--n-prompt") { if (!kt_cli::parse_int_list(v, &o.n_prompt)) return usage("bad -p"); }
+        else if (a == "-n" || a == "--n-gen") { if (!kt_cli::parse_int_list(v, &o.n_gen)) return usage("bad -n"); }
+        else if (a == "-t" || a == "--threads") { if (!kt_cli::parse_int_list(v, &o.threads)) return usage("bad -t"); }
         else if (a == "-pg") {
-            if (!parse_list(v, &list) || list.size() != 2) return usage("-pg wants PP,TG");
+            if (!kt_cli::parse_int_list(v, &list) || list.size() != 2) return usage("-pg wants PP,TG");
             o.pg.push_back({list[0], list[1]});
         } else if (a == "-r" || a == "--repetitions" || a == "-ub" || a == "--ubatch-size" || a == "-b" ||
                    a == "--batch-size" || a == "--roofline-mib") {
-            if (!parse_list(v, &list) || list.size() != 1) return usage(("bad value for " + a).c_str());
+            if (!kt_cli::parse_int_list(v, &list) || list.size() != 1) return usage(("bad value for " + a).c_str());
             if (a == "-r" || a == "--repetitions") o.repetitions = std::max<int64_t>(1, list[0]);
             else if (a == "--roofline-mib") o.roofline_mib = list[0];
             else if (a == "-ub" || a == "--ubatch-size") o.n_batch = std::max<int64_t>(1, list[0]);

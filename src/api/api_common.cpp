@@ -96,6 +96,7 @@ KT_API const char *kt_status_string(kt_status status) {
         case KT_STATUS_MISUSE: return "misuse";
         case KT_STATUS_INTERNAL: return "internal error";
         case KT_STATUS_CONTEXT_FULL: return "context full";
+        case KT_STATUS_BUSY: return "busy";
         default: return "unknown status";
     }
 }

@@ -10,56 +10,13 @@
 
 using kt::Status;
 using kt::api::guard;
+using kt::api::copy_params;
 using kt::api::guard_on;
+using kt::api::prepared_model;
+using kt::api::read_sampler;
+using kt::api::require;
 
 namespace {
-
-constexpr int64_t kDefaultMaxContext = 4096;
-
-Status require(bool condition, const char *what) {
-    if (condition) return Status::ok();
-    return Status::error(KT_STATUS_INVALID_ARGUMENT, "%s", what);
-}
-
-// Copies the prefix of a caller's params struct that its struct_size covers over the defaults, so that a caller
-// built against an older, shorter struct keeps the defaults of the fields it does not know.
-template <typename Params>
-Status copy_params(const Params *given, size_t min_size, const char *what, Params *p) {
-    if (!given) return Status::ok();
-    KT_RETURN_IF(given->struct_size < min_size, KT_STATUS_INVALID_ARGUMENT,
-                 "%s: struct_size %u is too small (use the *_params_init function)", what, given->struct_size);
-    std::memcpy(p, given, std::min<size_t>(given->struct_size, sizeof *p));
-    p->struct_size = sizeof *p;
-    return Status::ok();
-}
-
-// The model prepared for `kernels`, built once per kt_model and shared. n_threads: the expert engine's (the first
-// AUTO context's choice).
-Status prepared_model(kt_model *model, int32_t kernels, int32_t n_threads, std::shared_ptr<const kt::model::Model> *out) {
-    std::lock_guard<std::mutex> lock(model->runners_mutex);
-    std::shared_ptr<const kt::model::Model> &slot = model->runners[kernels];
-    if (!slot) {
-        const kt::ops::KernelFactory *factory = &kt::ops::reference_kernels();
-        if (kernels == KT_KERNELS_AUTO) {
-            if (!model->engine) {
-                kt::runtime::EngineOptions options;
-                options.n_threads = n_threads;
-                KT_TRY(kt::runtime::create_engine_kernels(options, &model->engine));
-            }
-            factory = model->engine.get();
-        }
-        std::unique_ptr<kt::model::Model> m;
-        KT_TRY(kt::model::Model::load(*model->file, *factory, &m));
-        KT_LOG_INFO_MSG("%s: %s, %lld layers, hidden %lld, %lld experts (%lld used), vocabulary %lld; kernels: %s",
-                        model->file->source_name().c_str(), m->hp.arch.c_str(), static_cast<long long>(m->hp.n_layer),
-                        static_cast<long long>(m->hp.n_embd), static_cast<long long>(m->hp.n_expert),
-                        static_cast<long long>(m->hp.n_expert_used), static_cast<long long>(m->hp.n_vocab),
-                        m->kernels->name());
-        slot = std::move(m);
-    }
-    *out = slot;
-    return Status::ok();
-}
 
 Status create_context(kt_model *model, const kt_context_params &p, kt_context **out) {
     KT_TRY(require(model != nullptr, "kt_context_create: model is NULL"));
@@ -72,7 +29,7 @@ Status create_context(kt_model *model, const kt_context_params &p, kt_context **
     KT_TRY(prepared_model(model, p.kernels, p.n_threads, &m));
 
     kt::runtime::ContextParams cp;
-    cp.n_ctx = p.n_ctx > 0 ? p.n_ctx : std::min(m->hp.n_ctx_train, kDefaultMaxContext);
+    cp.n_ctx = p.n_ctx > 0 ? p.n_ctx : std::min(m->hp.n_ctx_train, kt::api::kDefaultMaxContext);
     cp.n_batch = p.n_batch;
     cp.n_threads = p.n_threads;
     cp.kv_type = p.kv_type;
@@ -101,8 +58,44 @@ kt::runtime::SamplerParams sampler_params(const kt_sampler_params &p) {
     return s;
 }
 
-// The sampler settings of a (possibly NULL) caller struct; NULL means greedy.
-Status read_sampler(const kt_sampler_params *given, kt::runtime::SamplerParams *out) {
+Status check_context(const kt_context *c) { return require(c != nullptr, "context is NULL"); }
+
+}  // namespace
+
+namespace kt::api {
+
+Status require(bool condition, const char *what) {
+    if (condition) return Status::ok();
+    return Status::error(KT_STATUS_INVALID_ARGUMENT, "%s", what);
+}
+
+Status prepared_model(kt_model *model, int32_t kernels, int32_t n_threads, std::shared_ptr<const model::Model> *out) {
+    std::lock_guard<std::mutex> lock(model->runners_mutex);
+    std::shared_ptr<const kt::model::Model> &slot = model->runners[kernels];
+    if (!slot) {
+        const kt::ops::KernelFactory *factory = &kt::ops::reference_kernels();
+        if (kernels == KT_KERNELS_AUTO) {
+            if (!model->engine) {
+                kt::runtime::EngineOptions options;
+                options.n_threads = n_threads;
+                KT_TRY(kt::runtime::create_engine_kernels(options, &model->engine));
+            }
+            factory = model->engine.get();
+        }
+        std::unique_ptr<kt::model::Model> m;
+        KT_TRY(kt::model::Model::load(*model->file, *factory, &m));
+        KT_LOG_INFO_MSG("%s: %s, %lld layers, hidden %lld, %lld experts (%lld used), vocabulary %lld; kernels: %s",
+                        model->file->source_name().c_str(), m->hp.arch.c_str(), static_cast<long long>(m->hp.n_layer),
+                        static_cast<long long>(m->hp.n_embd), static_cast<long long>(m->hp.n_expert),
+                        static_cast<long long>(m->hp.n_expert_used), static_cast<long long>(m->hp.n_vocab),
+                        m->kernels->name());
+        slot = std::move(m);
+    }
+    *out = slot;
+    return Status::ok();
+}
+
+Status read_sampler(const kt_sampler_params *given, runtime::SamplerParams *out) {
     if (!given) {
         *out = kt::runtime::SamplerParams();
         return Status::ok();
@@ -117,9 +110,7 @@ Status read_sampler(const kt_sampler_params *given, kt::runtime::SamplerParams *
     return Status::ok();
 }
 
-Status check_context(const kt_context *c) { return require(c != nullptr, "context is NULL"); }
-
-}  // namespace
+}  // namespace kt::api
 
 extern "C" {
 

@@ -2,6 +2,8 @@
 // exceptions and failures from crossing the ABI.
 #pragma once
 
+#include <algorithm>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -15,6 +17,7 @@
 #include "model/model.h"
 #include "model/tokenizer/tokenizer.h"
 #include "runtime/context.h"
+#include "runtime/engine.h"
 
 // Per-handle "last error": guarded by a mutex so that concurrent readers of a shared handle stay safe.
 struct kt_error_slot {
@@ -87,5 +90,31 @@ kt_status guard_on(const Handle *handle, Body &&body) noexcept {
 
 // Copies a status into the caller's optional kt_error (constructors).
 void fill_error(kt_error *err, const Status &status) noexcept;
+
+// KT_STATUS_INVALID_ARGUMENT with `what` as the message unless `condition` holds.
+Status require(bool condition, const char *what);
+
+// Copies the prefix of a caller's params struct that its struct_size covers over the defaults, so that a caller
+// built against an older, shorter struct keeps the defaults of the fields it does not know.
+template <typename Params>
+Status copy_params(const Params *given, size_t min_size, const char *what, Params *p) {
+    if (!given) return Status::ok();
+    KT_RETURN_IF(given->struct_size < min_size, KT_STATUS_INVALID_ARGUMENT,
+                 "%s: struct_size %u is too small (use the *_params_init function)", what, given->struct_size);
+    std::memcpy(p, given, std::min<size_t>(given->struct_size, sizeof *p));
+    p->struct_size = sizeof *p;
+    return Status::ok();
+}
+
+
+// The model prepared for `kernels`, built once per kt_model and shared by its contexts and engines. n_threads: the
+// expert engine's (the first AUTO user's choice).
+Status prepared_model(kt_model *model, int32_t kernels, int32_t n_threads, std::shared_ptr<const model::Model> *out);
+
+// The sampler settings of a (possibly NULL) caller struct; NULL means greedy.
+Status read_sampler(const kt_sampler_params *given, runtime::SamplerParams *out);
+
+// Positions per sequence when the caller asks for the default: the model's training context, at most this.
+inline constexpr int64_t kDefaultMaxContext = 4096;
 
 }  // namespace kt::api

@@ -1,33 +1,30 @@
 #include "runtime/context.h"
 
 #include <algorithm>
-
-#include "mem/pinned_pool.h"
+#include <chrono>
 
 namespace kt::runtime {
-namespace {
-
-// The context's workers spin only briefly between jobs: consecutive jobs of one layer (projections, attention)
-// follow each other within microseconds, and the MoE that comes next runs on the expert pools' threads, which
-// spinning workers would slow down on the same cores.
-constexpr int64_t kContextSpinNs = 10'000;
-
-}  // namespace
 
 Status Context::create(std::shared_ptr<const model::Model> model, const ContextParams &params,
                        std::unique_ptr<Context> *out) {
     KT_RETURN_IF(params.n_batch < 1 || params.n_batch > (1 << 16), KT_STATUS_INVALID_ARGUMENT,
                  "n_batch %lld is out of range [1, 65536]", static_cast<long long>(params.n_batch));
+    KT_RETURN_IF(params.n_ctx < 1 || params.n_ctx > model::kMaxContext, KT_STATUS_INVALID_ARGUMENT,
+                 "context length %lld is out of range [1, %lld]", static_cast<long long>(params.n_ctx),
+                 static_cast<long long>(model::kMaxContext));
     std::unique_ptr<Context> c(new Context());
-    c->model_ = std::move(model);
-    c->params_ = params;
-    c->params_.n_batch = std::min(params.n_batch, params.n_ctx);
-    KT_RETURN_IF(params.n_threads < 0 || params.n_threads > 4096, KT_STATUS_INVALID_ARGUMENT,
-                 "n_threads %d is out of range [0, 4096]", params.n_threads);
-    KT_TRY(mem::create_pinned_pool(params.n_threads, "kt-ctx", &c->pool_, kContextSpinNs));
-    KT_TRY(KvCache::create(c->model_->hp, params.n_ctx, params.kv_type, c->pool_->size(), &c->cache_));
-    c->scratch_.reserve(c->model_->hp, c->params_.n_batch);
-    c->positions_.resize(static_cast<size_t>(c->params_.n_batch));
+    c->n_ctx_ = params.n_ctx;
+    c->n_batch_ = std::min(params.n_batch, params.n_ctx);
+    BatchRunner::Config rc;
+    rc.n_threads = params.n_threads;
+    rc.thread_name = "kt-ctx";
+    rc.kv.type = params.kv_type;
+    rc.kv.block_positions = (params.n_ctx + cpu::kKeyTile - 1) / cpu::kKeyTile * cpu::kKeyTile;
+    rc.kv.n_blocks = 1;
+    rc.kv.max_positions = params.n_ctx;
+    rc.max_step_tokens = c->n_batch_;
+    rc.should_abort = params.should_abort;
+    KT_TRY(BatchRunner::create(std::move(model), rc, &c->runner_));
     *out = std::move(c);
     return Status::ok();
 }
@@ -52,23 +49,20 @@ Status Context::decode(const int32_t *tokens, int64_t n_tokens, Logits logits) {
     if (logits_.size() < static_cast<size_t>(rows * V)) logits_.resize(static_cast<size_t>(rows * V));
     n_logit_rows_ = 0;
 
-    const Clock::time_point start = Clock::now();
-    phase_start_ = start;
-    phase_ = model::Phase::kOther;
+    const auto start = std::chrono::steady_clock::now();
     const int64_t n_past_before = n_past_;
     for (int64_t done = 0; done < n_tokens;) {
-        const int64_t n = std::min(params_.n_batch, n_tokens - done);
-        for (int64_t i = 0; i < n; ++i) positions_[i] = static_cast<int32_t>(n_past_ + i);
-        model::Batch batch;
-        batch.tokens = tokens + done;
-        batch.positions = positions_.data();
-        batch.n_tokens = n;
+        const int64_t n = std::min(n_batch_, n_tokens - done);
+        const KvCache::Segment segment{block_table_, n_past_, 0, n};
+        BatchRunner::Step step;
+        step.tokens = tokens + done;
+        step.n_tokens = n;
+        step.segments = &segment;
+        step.n_segments = 1;
         const bool last_step = done + n == n_tokens;
-        batch.n_outputs = logits == Logits::kAll ? n : (logits == Logits::kLast && last_step ? 1 : 0);
-        batch.logits = logits_.data() + (logits == Logits::kAll ? done * V : 0);
-        batch_ = &batch;
-        Status s = model_->arch->forward(*model_, batch, *this);
-        batch_ = nullptr;
+        step.n_outputs = logits == Logits::kAll ? n : (logits == Logits::kLast && last_step ? 1 : 0);
+        step.logits = logits_.data() + (logits == Logits::kAll ? done * V : 0);
+        Status s = runner_->run(step);
         if (!s.is_ok()) {
             n_past_ = n_past_before;  // the cache rows written past it are simply overwritten later
             return s;
@@ -76,8 +70,7 @@ Status Context::decode(const int32_t *tokens, int64_t n_tokens, Logits logits) {
         n_past_ += n;
         done += n;
     }
-    enter(model::Phase::kOther);
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (n_tokens > 1) {
         perf_.n_prefill_tokens += n_tokens;
         perf_.prefill_seconds += seconds;
@@ -138,22 +131,16 @@ Status Context::generate(const int32_t *prompt, int64_t n_prompt, const Generate
     return Status::ok();
 }
 
-Status Context::attention(int64_t layer, const float *q, const float *k, const float *v, float *out) {
-    cache_.attend(layer, batch_->positions[0], batch_->n_tokens, q, k, v, out, *pool_);
-    return Status::ok();
+PerfCounters Context::perf() const {
+    PerfCounters p = perf_;
+    for (int i = 0; i < static_cast<int>(model::Phase::kCount); ++i)
+        p.phase_seconds[i] = runner_->phase_seconds(static_cast<model::Phase>(i));
+    return p;
 }
 
-void Context::enter(model::Phase phase) {
-    const Clock::time_point now = Clock::now();
-    perf_.phase_seconds[static_cast<int>(phase_)] += std::chrono::duration<double>(now - phase_start_).count();
-    phase_ = phase;
-    phase_start_ = now;
-}
-
-Status Context::layer_done(int64_t layer) {
-    KT_RETURN_IF(params_.should_abort && params_.should_abort(), KT_STATUS_CANCELLED,
-                 "decode cancelled by the abort callback after layer %lld", static_cast<long long>(layer));
-    return Status::ok();
+void Context::reset_perf() {
+    perf_ = PerfCounters();
+    runner_->reset_phases();
 }
 
 }  // namespace kt::runtime

@@ -6,7 +6,6 @@
 // was before the call.
 #pragma once
 
-#include <chrono>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -14,7 +13,7 @@
 #include "core/status.h"
 #include "model/arch/arch.h"
 #include "model/model.h"
-#include "runtime/kv_cache.h"
+#include "runtime/batch_runner.h"
 #include "runtime/sampler.h"
 
 namespace kt::runtime {
@@ -29,7 +28,15 @@ struct ContextParams {
 
 enum class Logits { kNone, kLast, kAll };
 
-enum class StopReason : int32_t { kMaxTokens = 0, kStopToken = 1, kCallback = 2, kContextFull = 3 };
+// Why generation ended (kt.h's KT_STOP_*): the last two only for the engine's sequences.
+enum class StopReason : int32_t {
+    kMaxTokens = 0,
+    kStopToken = 1,
+    kCallback = 2,
+    kContextFull = 3,
+    kCancelled = 4,
+    kError = 5,
+};
 
 struct GenerateParams {
     int64_t max_tokens = 0;
@@ -46,17 +53,17 @@ struct PerfCounters {
     double phase_seconds[static_cast<int>(model::Phase::kCount)] = {};
 };
 
-class Context final : public model::ForwardHost {
+class Context final {
 public:
     static Status create(std::shared_ptr<const model::Model> model, const ContextParams &params,
                          std::unique_ptr<Context> *out);
 
-    const model::Model &model() const { return *model_; }
-    int n_threads() const { return pool_->size(); }
-    int64_t n_ctx() const { return cache_.n_ctx(); }
+    const model::Model &model() const { return runner_->model(); }
+    int n_threads() const { return runner_->n_threads(); }
+    int64_t n_ctx() const { return n_ctx_; }
     int64_t n_past() const { return n_past_; }
-    int64_t n_vocab() const { return model_->hp.n_vocab; }
-    uint64_t kv_bytes() const { return cache_.bytes(); }
+    int64_t n_vocab() const { return model().hp.n_vocab; }
+    uint64_t kv_bytes() const { return runner_->cache().bytes(); }
 
     // Appends tokens at positions n_past.. and runs them through the model. KT_STATUS_CONTEXT_FULL when they do
     // not fit (nothing is done), KT_STATUS_CANCELLED when should_abort fired (the sequence is unchanged).
@@ -77,39 +84,26 @@ public:
     Status generate(const int32_t *prompt, int64_t n_prompt, const GenerateParams &params, std::vector<int32_t> *out,
                     StopReason *reason);
 
-    const PerfCounters &perf() const { return perf_; }
-    void reset_perf() { perf_ = PerfCounters(); }
-
-    // ForwardHost
-    model::Scratch &scratch() override { return scratch_; }
-    ThreadPool &pool() override { return *pool_; }
-    Status attention(int64_t layer, const float *q, const float *k, const float *v, float *out) override;
-    void enter(model::Phase phase) override;
-    Status layer_done(int64_t layer) override;
+    PerfCounters perf() const;
+    void reset_perf();
 
 private:
-    using Clock = std::chrono::steady_clock;
-
     Context() = default;
     Status check_tokens(const int32_t *tokens, int64_t n) const;
 
-    std::shared_ptr<const model::Model> model_;
-    ContextParams params_;
-    std::unique_ptr<ThreadPool> pool_;
-    KvCache cache_;
-    model::Scratch scratch_;
+    // The one-sequence user of the batched forward path: its cache is a single block holding the whole context.
+    std::unique_ptr<BatchRunner> runner_;
+    int64_t n_ctx_ = 0;
+    int64_t n_batch_ = 0;
+    const int32_t block_table_[1] = {0};
     int64_t n_past_ = 0;
     std::vector<int32_t> history_;       // every token decoded, in order (penalties)
-    std::vector<int32_t> positions_;     // [n_batch] positions of the current step
-    const model::Batch *batch_ = nullptr;  // the step being run (attention needs its first position)
     std::vector<float> logits_;          // [n_logit_rows, V]
     int64_t n_logit_rows_ = 0;
     Sampler sampler_;
     bool sampler_seeded_ = false;
     uint64_t sampler_seed_ = 0;
-    PerfCounters perf_;
-    model::Phase phase_ = model::Phase::kOther;
-    Clock::time_point phase_start_;
+    PerfCounters perf_;                  // token counts and seconds; the phases are the runner's
 };
 
 }  // namespace kt::runtime

@@ -13,21 +13,55 @@ namespace {
 
 // Queries handled together per KV head: each cached tile or row is converted to f32 once per block.
 constexpr int64_t kQueryBlock = 16;
+constexpr int64_t kMaxBlockPositions = 1 << 24;
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-}  // namespace
-
-Status KvCache::create(const model::HParams &hp, int64_t n_ctx, int32_t type, int n_threads, KvCache *out) {
+Status check_layout(const model::HParams &hp, int32_t type, int64_t block_positions) {
     KT_RETURN_IF(type != KT_TYPE_F32 && type != KT_TYPE_F16 && type != KT_TYPE_BF16 && type != KT_TYPE_Q8_0,
                  KT_STATUS_UNSUPPORTED, "KV cache type %s is not supported (use F16, BF16, F32 or Q8_0)",
                  kt_type_name(type) ? kt_type_name(type) : "?");
     KT_RETURN_IF(type == KT_TYPE_Q8_0 && (hp.head_dim_k % 32 != 0 || hp.head_dim_v % 32 != 0), KT_STATUS_UNSUPPORTED,
                  "a Q8_0 KV cache needs head dimensions that are multiples of 32 (the model has %lld and %lld)",
                  static_cast<long long>(hp.head_dim_k), static_cast<long long>(hp.head_dim_v));
-    KT_RETURN_IF(n_ctx < 1 || n_ctx > model::kMaxContext, KT_STATUS_INVALID_ARGUMENT,
-                 "context length %lld is out of range [1, %lld]", static_cast<long long>(n_ctx),
+    KT_RETURN_IF(block_positions < cpu::kKeyTile || block_positions % cpu::kKeyTile != 0 ||
+                     block_positions > kMaxBlockPositions,
+                 KT_STATUS_INVALID_ARGUMENT, "KV block of %lld positions: it must be a multiple of %lld up to %lld",
+                 static_cast<long long>(block_positions), static_cast<long long>(cpu::kKeyTile),
+                 static_cast<long long>(kMaxBlockPositions));
+    return Status::ok();
+}
+
+}  // namespace
+
+Status KvCache::block_bytes_for(const model::HParams &hp, int32_t type, int64_t block_positions, uint64_t *out) {
+    KT_TRY(check_layout(hp, type, block_positions));
+    const ops::TypeTraits &traits = *ops::type_traits(type);
+    const uint64_t per_position = static_cast<uint64_t>(ops::row_bytes(traits, hp.head_dim_k)) +
+                                  static_cast<uint64_t>(ops::row_bytes(traits, hp.head_dim_v));
+    uint64_t heads = 0, bytes = 0;
+    KT_RETURN_IF(!checked_mul(static_cast<uint64_t>(hp.n_layer), static_cast<uint64_t>(hp.n_head_kv), &heads) ||
+                     !checked_mul(heads, per_position, &bytes) ||
+                     !checked_mul(bytes, static_cast<uint64_t>(block_positions), &bytes),
+                 KT_STATUS_INVALID_ARGUMENT, "a KV block of %lld positions is too large",
+                 static_cast<long long>(block_positions));
+    *out = bytes;
+    return Status::ok();
+}
+
+Status KvCache::create(const model::HParams &hp, const Config &config, KvCache *out) {
+    uint64_t block_bytes = 0;
+    KT_TRY(block_bytes_for(hp, config.type, config.block_positions, &block_bytes));
+    KT_RETURN_IF(config.max_positions < 1 || config.max_positions > model::kMaxContext, KT_STATUS_INVALID_ARGUMENT,
+                 "context length %lld is out of range [1, %lld]", static_cast<long long>(config.max_positions),
                  static_cast<long long>(model::kMaxContext));
+    KT_RETURN_IF(config.n_blocks < 1 || config.n_blocks > INT32_MAX, KT_STATUS_INVALID_ARGUMENT,
+                 "a KV cache of %lld blocks is out of range [1, 2^31)", static_cast<long long>(config.n_blocks));
+    uint64_t total = 0;
+    KT_RETURN_IF(!checked_mul(block_bytes, static_cast<uint64_t>(config.n_blocks), &total) || total > (uint64_t{1} << 46),
+                 KT_STATUS_INVALID_ARGUMENT, "a KV cache of %lld blocks of %llu bytes is too large",
+                 static_cast<long long>(config.n_blocks), static_cast<unsigned long long>(block_bytes));
+    const int32_t type = config.type;
     const ops::TypeTraits &traits = *ops::type_traits(type);
     KvCache c;
     c.type_ = type;
@@ -35,32 +69,29 @@ Status KvCache::create(const model::HParams &hp, int64_t n_ctx, int32_t type, in
     c.elem_bytes_ = type == KT_TYPE_F32 ? 4 : 2;
     c.vk_ = &cpu::vector_kernels();
     c.ak_ = &cpu::attention_kernels();
-    c.n_ctx_ = n_ctx;
+    c.n_layer_ = hp.n_layer;
     c.n_head_ = hp.n_head;
     c.hkv_ = hp.n_head_kv;
     c.dk_ = hp.head_dim_k;
     c.dv_ = hp.head_dim_v;
     c.kq_scale_ = hp.kq_scale;
-    c.k_row_bytes_ = ops::row_bytes(traits, c.dk_);
-    c.v_row_bytes_ = ops::row_bytes(traits, c.dv_);
-    // Tiles cover whole groups of 16 positions.
-    const int64_t positions = c.tiled() ? round_up(n_ctx, cpu::kKeyTile) : n_ctx;
-    c.k_head_bytes_ = positions * c.k_row_bytes_;
-    c.v_head_bytes_ = positions * c.v_row_bytes_;
-    uint64_t heads = 0, k_bytes = 0, v_bytes = 0;
-    KT_RETURN_IF(!checked_mul(static_cast<uint64_t>(hp.n_layer), static_cast<uint64_t>(hp.n_head_kv), &heads) ||
-                     !checked_mul(heads, static_cast<uint64_t>(c.k_head_bytes_), &k_bytes) ||
-                     !checked_mul(heads, static_cast<uint64_t>(c.v_head_bytes_), &v_bytes),
-                 KT_STATUS_INVALID_ARGUMENT, "KV cache for %lld positions is too large", static_cast<long long>(n_ctx));
-    c.k_.resize(k_bytes);
-    c.v_.resize(v_bytes);
+    c.block_positions_ = config.block_positions;
+    c.n_blocks_ = config.n_blocks;
+    c.max_positions_ = config.max_positions;
+    c.k_row_bytes_ = static_cast<size_t>(ops::row_bytes(traits, c.dk_));
+    c.v_row_bytes_ = static_cast<size_t>(ops::row_bytes(traits, c.dv_));
+    c.k_block_bytes_ = c.k_row_bytes_ * static_cast<size_t>(c.block_positions_);
+    c.v_block_bytes_ = c.v_row_bytes_ * static_cast<size_t>(c.block_positions_);
+    c.block_bytes_ = block_bytes;
+    KT_TRY(mem::NumaBuffer::allocate(static_cast<size_t>(total), nullptr, -1, &c.memory_));
 
     const int64_t rows = kQueryBlock * (c.n_head_ / c.hkv_);
     const int64_t kernel = c.tiled() ? static_cast<int64_t>(cpu::attention_scratch_floats(rows, c.dk_, c.dv_))
-                                     : std::max(c.dk_, c.dv_) + rows * n_ctx;
+                                     : std::max(c.dk_, c.dv_) + rows * c.max_positions_;
+    const int threads = std::max(config.n_threads, 1);
     c.scratch_per_thread_ = round_up(rows * c.dk_ + rows * c.dv_ + kernel, 16);
-    c.scratch_.resize(static_cast<size_t>(c.scratch_per_thread_ * std::max(n_threads, 1) + 16));
-    c.visible_.resize(static_cast<size_t>(rows * std::max(n_threads, 1)));
+    c.scratch_.resize(static_cast<size_t>(c.scratch_per_thread_ * threads + 16));
+    c.visible_.resize(static_cast<size_t>(rows * threads));
     *out = std::move(c);
     return Status::ok();
 }
@@ -80,61 +111,82 @@ const float *KvCache::load_row(const uint8_t *src, int64_t n, float *buffer) con
     return buffer;
 }
 
-// A key into its tile: position pos is lane pos % 16 of tile pos / 16, dimension d at [tile][d][lane].
-void KvCache::store_key(const float *src, uint8_t *head, int64_t pos) {
-    if (!tiled()) {
-        store_row(src, dk_, head + pos * k_row_bytes_);
-        return;
-    }
-    // Convert the row once, then scatter its elements to their tile rows.
+// Keys go into their tile (position p is lane p % 16 of tile p / 16, dimension d at [tile][d][lane]) or row,
+// values into their row.
+void KvCache::store(const Segment &seg, int64_t layer, const float *k, const float *v) {
+    const int64_t Hkv = hkv_, Dk = dk_, Dv = dv_;
     uint8_t converted[model::kMaxHeadDim * sizeof(float)];
-    store_row(src, dk_, converted);
-    uint8_t *tile = head + static_cast<size_t>((pos / cpu::kKeyTile) * dk_ * cpu::kKeyTile) * elem_bytes_;
-    const int64_t lane = pos % cpu::kKeyTile;
-    for (int64_t d = 0; d < dk_; ++d)
-        std::memcpy(tile + static_cast<size_t>(d * cpu::kKeyTile + lane) * elem_bytes_, converted + d * elem_bytes_,
-                    elem_bytes_);
+    for (int64_t t = 0; t < seg.n_tokens; ++t) {
+        const int64_t pos = seg.pos0 + t, in_block = pos % block_positions_;
+        uint8_t *blk = block(seg.blocks[pos / block_positions_]);
+        const int64_t row = seg.row0 + t;
+        for (int64_t g = 0; g < Hkv; ++g) {
+            uint8_t *keys = blk + head_offset(layer, g), *values = keys + k_block_bytes_;
+            const float *key = k + (row * Hkv + g) * Dk;
+            store_row(v + (row * Hkv + g) * Dv, Dv, values + static_cast<size_t>(in_block) * v_row_bytes_);
+            if (!tiled()) {
+                store_row(key, Dk, keys + static_cast<size_t>(in_block) * k_row_bytes_);
+                continue;
+            }
+            // Convert the row once, then scatter its elements to their tile rows.
+            store_row(key, Dk, converted);
+            uint8_t *tile = keys + static_cast<size_t>((in_block / cpu::kKeyTile) * Dk * cpu::kKeyTile) * elem_bytes_;
+            const int64_t lane = in_block % cpu::kKeyTile;
+            for (int64_t d = 0; d < Dk; ++d)
+                std::memcpy(tile + static_cast<size_t>(d * cpu::kKeyTile + lane) * elem_bytes_,
+                            converted + d * elem_bytes_, elem_bytes_);
+        }
+    }
 }
 
-void KvCache::attend(int64_t layer, int64_t pos0, int64_t T, const float *q, const float *k, const float *v,
-                     float *out, ThreadPool &pool) {
-    const int64_t Hkv = hkv_, Dk = dk_, Dv = dv_;
-    for (int64_t t = 0; t < T; ++t) {
-        for (int64_t g = 0; g < Hkv; ++g) {
-            store_key(k + (t * Hkv + g) * Dk, k_head(layer, g), pos0 + t);
-            store_row(v + (t * Hkv + g) * Dv, Dv, v_head(layer, g) + (pos0 + t) * v_row_bytes_);
-        }
+void KvCache::attend(int64_t layer, const Segment *segments, int64_t n_segments, const float *q, const float *k,
+                     const float *v, float *out, ThreadPool &pool) {
+    task_begin_.resize(static_cast<size_t>(n_segments + 1));
+    task_begin_[0] = 0;
+    for (int64_t s = 0; s < n_segments; ++s) {
+        store(segments[s], layer, k, v);
+        const int64_t query_blocks = (segments[s].n_tokens + kQueryBlock - 1) / kQueryBlock;
+        task_begin_[s + 1] = task_begin_[s] + hkv_ * query_blocks;
     }
     // 64-byte aligned per-thread scratch.
     float *base = scratch_.data();
     base += (16 - (reinterpret_cast<uintptr_t>(base) / sizeof(float)) % 16) % 16;
-    const int64_t blocks = (T + kQueryBlock - 1) / kQueryBlock;
-    Status s = pool.parallel_for(Hkv * blocks, 1, [&](int64_t begin, int64_t end, int thread) {
+    Status s = pool.parallel_for(task_begin_[n_segments], 1, [&](int64_t begin, int64_t end, int thread) {
         for (int64_t task = begin; task < end; ++task) {
-            const int64_t g = task / blocks, t0 = (task % blocks) * kQueryBlock;
+            const int64_t si =
+                std::upper_bound(task_begin_.begin(), task_begin_.end(), task) - task_begin_.begin() - 1;
+            const Segment &seg = segments[si];
+            const int64_t local = task - task_begin_[si];
+            const int64_t query_blocks = (seg.n_tokens + kQueryBlock - 1) / kQueryBlock;
+            const int64_t g = local / query_blocks, t0 = (local % query_blocks) * kQueryBlock;
+            const int64_t tb = std::min(kQueryBlock, seg.n_tokens - t0);
             float *scratch = base + thread * scratch_per_thread_;
-            if (tiled()) attend_tiled(layer, g, pos0, t0, std::min(kQueryBlock, T - t0), q, out, scratch, thread);
-            else attend_rows(layer, g, pos0, t0, std::min(kQueryBlock, T - t0), q, out, scratch);
+            if (tiled()) attend_tiled(seg, layer, g, t0, tb, q, out, scratch, thread);
+            else attend_rows(seg, layer, g, t0, tb, q, out, scratch);
         }
     });
     (void)s;  // the body cannot throw
 }
 
-void KvCache::attend_tiled(int64_t layer, int64_t g, int64_t pos0, int64_t t0, int64_t tb, const float *q, float *out,
-                           float *scratch, int thread) {
+void KvCache::attend_tiled(const Segment &seg, int64_t layer, int64_t g, int64_t t0, int64_t tb, const float *q,
+                           float *out, float *scratch, int thread) {
     const int64_t H = n_head_, Dk = dk_, Dv = dv_, G = H / hkv_, R = tb * G;
     // Gather the block's query rows (row tt·G + hh: query t0+tt, head g·G+hh) and their causal limits.
     float *qb = scratch, *ob = qb + R * Dk, *ks = ob + R * Dv;
     int32_t *visible = visible_.data() + thread * kQueryBlock * G;
     for (int64_t tt = 0; tt < tb; ++tt)
         for (int64_t hh = 0; hh < G; ++hh) {
-            std::copy_n(q + ((t0 + tt) * H + g * G + hh) * Dk, Dk, qb + (tt * G + hh) * Dk);
-            visible[tt * G + hh] = static_cast<int32_t>(pos0 + t0 + tt + 1);
+            std::copy_n(q + ((seg.row0 + t0 + tt) * H + g * G + hh) * Dk, Dk, qb + (tt * G + hh) * Dk);
+            visible[tt * G + hh] = static_cast<int32_t>(seg.pos0 + t0 + tt + 1);
         }
     cpu::AttentionArgs a;
     a.elem = elem_;
-    a.k_tiles = k_head(layer, g);
-    a.v_rows = v_head(layer, g);
+    a.base = memory_.as<uint8_t>();
+    a.blocks = seg.blocks;
+    a.block_positions = block_positions_;
+    a.block_stride = block_bytes_;
+    a.k_offset = head_offset(layer, g);
+    a.v_offset = a.k_offset + k_block_bytes_;
     a.dk = Dk;
     a.dv = Dv;
     a.q = qb;
@@ -146,22 +198,24 @@ void KvCache::attend_tiled(int64_t layer, int64_t g, int64_t pos0, int64_t t0, i
     ak_->attend(a);
     for (int64_t tt = 0; tt < tb; ++tt)
         for (int64_t hh = 0; hh < G; ++hh)
-            std::copy_n(ob + (tt * G + hh) * Dv, Dv, out + ((t0 + tt) * H + g * G + hh) * Dv);
+            std::copy_n(ob + (tt * G + hh) * Dv, Dv, out + ((seg.row0 + t0 + tt) * H + g * G + hh) * Dv);
 }
 
-void KvCache::attend_rows(int64_t layer, int64_t g, int64_t pos0, int64_t t0, int64_t tb, const float *q, float *out,
-                          float *scratch) {
-    const int64_t H = n_head_, Dk = dk_, Dv = dv_, G = H / hkv_;
+void KvCache::attend_rows(const Segment &seg, int64_t layer, int64_t g, int64_t t0, int64_t tb, const float *q,
+                          float *out, float *scratch) {
+    const int64_t H = n_head_, Dk = dk_, Dv = dv_, G = H / hkv_, pos0 = seg.pos0, row0 = seg.row0 + t0;
     const int64_t n_kv = pos0 + t0 + tb;  // positions the block's last query sees
-    const uint8_t *keys = k_head(layer, g), *values = v_head(layer, g);
+    const size_t keys = head_offset(layer, g), values = keys + k_block_bytes_;
+    auto block_of = [&](int64_t j) { return block(seg.blocks[j / block_positions_]); };
     float *row = scratch;
     // scores[(tt·G + hh)·n_kv + j] for query t0+tt, head g·G+hh, key position j.
     float *scores = scratch + std::max(Dk, Dv);
     for (int64_t j = 0; j < n_kv; ++j) {
-        const float *kr = load_row(keys + j * k_row_bytes_, Dk, row);
+        const size_t in_block = static_cast<size_t>(j % block_positions_);
+        const float *kr = load_row(block_of(j) + keys + in_block * k_row_bytes_, Dk, row);
         for (int64_t tt = std::max<int64_t>(0, j - pos0 - t0); tt < tb; ++tt)  // causal: j <= pos0 + t0 + tt
             for (int64_t hh = 0; hh < G; ++hh) {
-                const float *qv = q + ((t0 + tt) * H + g * G + hh) * Dk;
+                const float *qv = q + ((row0 + tt) * H + g * G + hh) * Dk;
                 scores[(tt * G + hh) * n_kv + j] = vk_->dot(qv, kr, Dk) * kq_scale_;
             }
     }
@@ -174,14 +228,15 @@ void KvCache::attend_rows(int64_t layer, int64_t g, int64_t pos0, int64_t t0, in
             for (int64_t j = 0; j < seen; ++j) sum += s[j] = std::exp(s[j] - max);
             const float inv = static_cast<float>(1.0 / sum);
             for (int64_t j = 0; j < seen; ++j) s[j] *= inv;
-            std::fill_n(out + ((t0 + tt) * H + g * G + hh) * Dv, Dv, 0.0f);
+            std::fill_n(out + ((row0 + tt) * H + g * G + hh) * Dv, Dv, 0.0f);
         }
     }
     for (int64_t j = 0; j < n_kv; ++j) {
-        const float *vr = load_row(values + j * v_row_bytes_, Dv, row);
+        const size_t in_block = static_cast<size_t>(j % block_positions_);
+        const float *vr = load_row(block_of(j) + values + in_block * v_row_bytes_, Dv, row);
         for (int64_t tt = std::max<int64_t>(0, j - pos0 - t0); tt < tb; ++tt)
             for (int64_t hh = 0; hh < G; ++hh)
-                vk_->axpy(scores[(tt * G + hh) * n_kv + j], vr, out + ((t0 + tt) * H + g * G + hh) * Dv, Dv);
+                vk_->axpy(scores[(tt * G + hh) * n_kv + j], vr, out + ((row0 + tt) * H + g * G + hh) * Dv, Dv);
     }
 }
 

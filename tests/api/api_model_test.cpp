@@ -46,7 +46,7 @@ TEST_CASE("api: version and status strings") {
     CHECK(std::string(kt_version_string()) ==
           std::to_string(KT_VERSION_MAJOR) + "." + std::to_string(KT_VERSION_MINOR) + "." + std::to_string(KT_VERSION_PATCH));
     CHECK(std::string(kt_build_info()).find("kt ") == 0);
-    for (kt_status s = 0; s <= KT_STATUS_INTERNAL; ++s) CHECK(std::string(kt_status_string(s)) != "unknown status");
+    for (kt_status s = 0; s <= KT_STATUS_BUSY; ++s) CHECK(std::string(kt_status_string(s)) != "unknown status");
     CHECK(std::string(kt_status_string(9999)) == "unknown status");
     CHECK(std::string(kt_type_name(KT_TYPE_Q4_K)) == "Q4_K");
     CHECK(kt_type_name(4) == nullptr);

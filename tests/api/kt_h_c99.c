@@ -35,6 +35,17 @@ KT_STATIC_ASSERT(sizeof(kt_vocab_info) == 56, vocab_info_size);
 KT_STATIC_ASSERT(sizeof(kt_chat_message) == 16, chat_message_size);
 KT_STATIC_ASSERT(offsetof(kt_chat_params, template_name) == 8, chat_params_name_offset);
 KT_STATIC_ASSERT(sizeof(kt_chat_params) == 32, chat_params_size);
+KT_STATIC_ASSERT(offsetof(kt_engine_params, n_ctx) == 16, engine_params_n_ctx_offset);
+KT_STATIC_ASSERT(offsetof(kt_engine_params, max_step_tokens) == 40, engine_params_step_offset);
+KT_STATIC_ASSERT(sizeof(kt_engine_params) == 56, engine_params_size);
+KT_STATIC_ASSERT(offsetof(kt_sequence_params, prompt) == 8, sequence_params_prompt_offset);
+KT_STATIC_ASSERT(offsetof(kt_sequence_params, notify) == 56, sequence_params_notify_offset);
+KT_STATIC_ASSERT(sizeof(kt_sequence_params) == 72, sequence_params_size);
+KT_STATIC_ASSERT(offsetof(kt_sequence_info, n_prompt) == 16, sequence_info_n_prompt_offset);
+KT_STATIC_ASSERT(sizeof(kt_sequence_info) == 64, sequence_info_size);
+KT_STATIC_ASSERT(offsetof(kt_engine_stats, kv_blocks_total) == 16, engine_stats_blocks_offset);
+KT_STATIC_ASSERT(offsetof(kt_engine_stats, step_tokens) == 120, engine_stats_histogram_offset);
+KT_STATIC_ASSERT(sizeof(kt_engine_stats) == 120 + 8 * KT_ENGINE_STEP_BUCKETS, engine_stats_size);
 
 static int32_t fill_zeros(void *dst, uint64_t n_bytes, void *user_data) {
     (void)user_data;

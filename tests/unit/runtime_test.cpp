@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <random>
 #include <vector>
 
 #include "backends/cpu/cpu_features.h"
@@ -49,7 +50,7 @@ std::vector<double> naive_attention(const std::vector<float> &q, const std::vect
 
 }  // namespace
 
-TEST_CASE("attention over the KV cache equals the definition, whatever the batching, on every ISA level") {
+TEST_CASE("attention over the paged KV cache equals the definition, whatever the batching and block layout, on every ISA level") {
     struct Shape {
         int64_t H, Hkv, Dk, Dv, T;
     };
@@ -74,33 +75,73 @@ TEST_CASE("attention over the KV cache equals the definition, whatever the batch
         const auto v = kt::test::random_normal(size_t(sh.T * sh.Hkv * sh.Dv), 3);
         const auto k_other = kt::test::random_normal(k.size(), 4), v_other = kt::test::random_normal(v.size(), 5);
         const std::vector<double> expected = naive_attention(q, k, v, sh.T, sh.H, sh.Hkv, sh.Dk, sh.Dv, hp.kq_scale);
+        const std::vector<double> expected_other =
+            naive_attention(q, k_other, v_other, sh.T, sh.H, sh.Hkv, sh.Dk, sh.Dv, hp.kq_scale);
         for (int32_t type : {KT_TYPE_F32, KT_TYPE_F16, KT_TYPE_BF16, KT_TYPE_Q8_0}) {
             if (type == KT_TYPE_Q8_0 && (sh.Dk % 32 != 0 || sh.Dv % 32 != 0)) {
                 kt::runtime::KvCache cache;
-                CHECK(kt::runtime::KvCache::create(hp, 64, type, 1, &cache).code() == KT_STATUS_UNSUPPORTED);
+                kt::runtime::KvCache::Config config;
+                config.type = type;
+                config.max_positions = 64;
+                CHECK(kt::runtime::KvCache::create(hp, config, &cache).code() == KT_STATUS_UNSUPPORTED);
                 continue;
             }
             const double tolerance = type == KT_TYPE_F32 ? 1e-5 : type == KT_TYPE_F16 ? 3e-3 : type == KT_TYPE_BF16 ? 2e-2 : 3e-2;
-            // One call, then the same tokens in uneven steps (the later steps attend to cached positions); the
-            // second layer's slice must not disturb the first.
+            // Two sequences in every call, each in its own shuffled blocks: A over (k, v), B over (k_other,
+            // v_other); A's rows first, then B's. The tokens go in one call, then in uneven steps (the later steps
+            // attend to cached positions). Layer 1 gets other keys for A: it must not disturb layer 0.
+            for (int64_t block : {int64_t(16), int64_t(32), int64_t(64)}) {
             for (int64_t step : {sh.T, int64_t(5), int64_t(1)}) {
-                INFO("type " << kt_type_name(type) << ", step " << step);
+                INFO("type " << kt_type_name(type) << ", block " << block << ", step " << step);
+                const int64_t per_sequence = (64 + block - 1) / block;
+                std::vector<int32_t> ids(size_t(2 * per_sequence));
+                std::iota(ids.begin(), ids.end(), 0);
+                std::shuffle(ids.begin(), ids.end(), std::mt19937(uint32_t(block + step)));
+                const int32_t *table_a = ids.data(), *table_b = ids.data() + per_sequence;
                 kt::runtime::KvCache cache;
-                REQUIRE(kt::runtime::KvCache::create(hp, 64, type, pool->size(), &cache).is_ok());
-                std::vector<float> out(size_t(sh.T * sh.H * sh.Dv), 0.0f), other(out.size());
+                kt::runtime::KvCache::Config config;
+                config.type = type;
+                config.block_positions = block;
+                config.n_blocks = 2 * per_sequence;
+                config.max_positions = 64;
+                config.n_threads = pool->size();
+                REQUIRE(kt::runtime::KvCache::create(hp, config, &cache).is_ok());
+                std::vector<float> out_a(size_t(sh.T * sh.H * sh.Dv), 0.0f), out_b(out_a.size()), other(out_a.size());
                 for (int64_t t0 = 0; t0 < sh.T; t0 += step) {
                     const int64_t n = std::min(step, sh.T - t0);
-                    cache.attend(1, t0, n, q.data() + t0 * sh.H * sh.Dk, k_other.data() + t0 * sh.Hkv * sh.Dk,
-                                 v_other.data() + t0 * sh.Hkv * sh.Dv, other.data() + t0 * sh.H * sh.Dv, *pool);
-                    cache.attend(0, t0, n, q.data() + t0 * sh.H * sh.Dk, k.data() + t0 * sh.Hkv * sh.Dk,
-                                 v.data() + t0 * sh.Hkv * sh.Dv, out.data() + t0 * sh.H * sh.Dv, *pool);
+                    // The batch: rows [0, n) of A, then [n, 2n) of B.
+                    std::vector<float> bq, bk, bv;
+                    auto append = [&](std::vector<float> &dst, const std::vector<float> &src, int64_t width) {
+                        dst.insert(dst.end(), src.begin() + t0 * width, src.begin() + (t0 + n) * width);
+                    };
+                    append(bq, q, sh.H * sh.Dk);
+                    append(bq, q, sh.H * sh.Dk);
+                    append(bk, k_other, sh.Hkv * sh.Dk);
+                    append(bv, v_other, sh.Hkv * sh.Dv);
+                    std::vector<float> bo(size_t(2 * n * sh.H * sh.Dv));
+                    const kt::runtime::KvCache::Segment only_a{table_a, t0, 0, n};
+                    cache.attend(1, &only_a, 1, bq.data(), bk.data(), bv.data(), other.data(), *pool);
+                    bk.clear();
+                    bv.clear();
+                    append(bk, k, sh.Hkv * sh.Dk);
+                    append(bk, k_other, sh.Hkv * sh.Dk);
+                    append(bv, v, sh.Hkv * sh.Dv);
+                    append(bv, v_other, sh.Hkv * sh.Dv);
+                    const kt::runtime::KvCache::Segment both[] = {{table_a, t0, 0, n}, {table_b, t0, n, n}};
+                    cache.attend(0, both, 2, bq.data(), bk.data(), bv.data(), bo.data(), *pool);
+                    const size_t width = size_t(sh.H * sh.Dv);
+                    std::copy_n(bo.begin(), n * width, out_a.begin() + t0 * width);
+                    std::copy_n(bo.begin() + n * width, n * width, out_b.begin() + t0 * width);
                 }
-                double worst = 0, scale = 0;
-                for (size_t i = 0; i < out.size(); ++i) {
-                    worst = std::max(worst, std::fabs(out[i] - expected[i]));
-                    scale = std::max(scale, std::fabs(expected[i]));
+                double worst_a = 0, worst_b = 0, scale = 0;
+                for (size_t i = 0; i < out_a.size(); ++i) {
+                    worst_a = std::max(worst_a, std::fabs(out_a[i] - expected[i]));
+                    worst_b = std::max(worst_b, std::fabs(out_b[i] - expected_other[i]));
+                    scale = std::max(scale, std::max(std::fabs(expected[i]), std::fabs(expected_other[i])));
                 }
-                CHECK(worst / scale < tolerance);
+                CHECK(worst_a / scale < tolerance);
+                CHECK(worst_b / scale < tolerance);
+            }
             }
         }
     }

@@ -122,9 +122,11 @@ inline void attend(const AttentionArgs &a) {
         const int64_t pos0 = tile * kLanes;
         const int64_t n_pos = std::min<int64_t>(kLanes, max_visible - pos0);
         // Convert the tile once for all rows.
-        const uint8_t *kt = static_cast<const uint8_t *>(a.k_tiles) + static_cast<size_t>(tile * Dk * kLanes) * eb;
+        const uint8_t *block = a.base + static_cast<size_t>(a.blocks[pos0 / a.block_positions]) * a.block_stride;
+        const int64_t in_block = pos0 % a.block_positions;
+        const uint8_t *kt = block + a.k_offset + static_cast<size_t>(in_block * Dk) * eb;  // tile in_block / 16
         for (int64_t d = 0; d < Dk; ++d) store(kf + d * kLanes, load16(a.elem, kt + static_cast<size_t>(d * kLanes) * eb));
-        const uint8_t *vr = static_cast<const uint8_t *>(a.v_rows) + static_cast<size_t>(pos0 * Dv) * eb;
+        const uint8_t *vr = block + a.v_offset + static_cast<size_t>(in_block * Dv) * eb;
         for (int64_t c = 0; c < n_pos; ++c) {
             int64_t i = 0;
             for (; i + kLanes <= Dv; i += kLanes) store(vf + c * Dv + i, load16(a.elem, vr + static_cast<size_t>(c * Dv + i) * eb));

@@ -3,7 +3,9 @@
 //
 // Layout (chosen for this kernel; runtime/kv_cache stores it): keys in tiles of 16 positions, transposed, so that
 // one tile row is 16 positions of one head dimension and Q·Kᵀ is a small GEMM with the 16 positions in a vector
-// register; values as rows [position][Dv]. Elements are f32, f16 or bf16, converted to f32 once per tile.
+// register; values as rows [position][Dv]. Elements are f32, f16 or bf16, converted to f32 once per tile. The
+// cache is paged: a sequence's positions live in fixed-size blocks found through its block table, a multiple of
+// 16 positions each, so a tile never straddles two blocks.
 //
 // Computation, per row r with `visible[r]` positions (the causal limit): flash-style online softmax in f32 over the
 // tiles (running max m, sum l, output o rescaled when m grows), then o / l. exp is kt's own polynomial (a few ulp),
@@ -23,8 +25,13 @@ enum class KvElem : int32_t { kF32 = 0, kF16 = 1, kBf16 = 2 };
 
 struct AttentionArgs {
     KvElem elem = KvElem::kF16;
-    const void *k_tiles = nullptr;  // this KV head's keys: [ceil(n/16)][dk][16] elements
-    const void *v_rows = nullptr;   // [n][dv]
+    // Positions [i·block_positions, (i+1)·block_positions) of this KV head are in block blocks[i], which starts at
+    // base + blocks[i]·block_stride bytes: its keys at k_offset ([block_positions/16][dk][16] elements), its
+    // values at v_offset ([block_positions][dv]).
+    const uint8_t *base = nullptr;
+    const int32_t *blocks = nullptr;
+    int64_t block_positions = 0;    // a multiple of 16
+    size_t block_stride = 0, k_offset = 0, v_offset = 0;
     int64_t dk = 0, dv = 0;
     const float *q = nullptr;       // [rows][dk], contiguous
     int64_t rows = 0;

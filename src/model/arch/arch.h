@@ -237,7 +237,8 @@ struct Batch {
     const int32_t *tokens = nullptr;     // [n_tokens], validated < n_vocab
     const int32_t *positions = nullptr;  // [n_tokens]
     int64_t n_tokens = 0;
-    int64_t n_outputs = 0;               // logits are wanted for the last n_outputs tokens (0, 1 or n_tokens)
+    int64_t n_outputs = 0;               // rows whose logits are wanted
+    const int32_t *output_rows = nullptr;  // [n_outputs] those rows, ascending; null: the last n_outputs rows
     float *logits = nullptr;             // [n_outputs, V]
 };
 

@@ -53,8 +53,14 @@ void output_head(const Model &m, const Batch &b, ForwardHost &host) {
     host.enter(Phase::kHead);
     Scratch &s = host.scratch();
     const int64_t E = m.hp.n_embd;
-    const float *last = s.x.data() + (b.n_tokens - b.n_outputs) * E;
-    ops::rms_norm(last, m.w.output_norm.data(), b.n_outputs, E, m.hp.rms_eps, s.h.data());
+    if (b.output_rows) {  // one row per sequence of a batched step
+        for (int64_t i = 0; i < b.n_outputs; ++i)
+            ops::rms_norm(s.x.data() + b.output_rows[i] * E, m.w.output_norm.data(), 1, E, m.hp.rms_eps,
+                          s.h.data() + i * E);
+    } else {
+        const float *last = s.x.data() + (b.n_tokens - b.n_outputs) * E;
+        ops::rms_norm(last, m.w.output_norm.data(), b.n_outputs, E, m.hp.rms_eps, s.h.data());
+    }
     m.w.output.forward(s.h.data(), b.n_outputs, b.logits, host.pool());                 // logits [n_outputs, V]
 }
 

@@ -30,7 +30,7 @@ void dense_ffn(const Ffn &ffn, const float *h, int64_t n_tokens, const float *sc
 void moe_ffn(const LayerWeights &L, const ops::RoutingParams &routing, const float *h, int64_t n_tokens,
              ForwardHost &host, float *out);
 
-// logits [n_outputs, V] = W_out RMSNorm(x) for the last n_outputs rows of the residual stream.
+// logits [n_outputs, V] = W_out RMSNorm(x) for the batch's output rows of the residual stream.
 void output_head(const Model &m, const Batch &b, ForwardHost &host);
 
 }  // namespace kt::model

@@ -21,7 +21,7 @@
 #include <thread>
 
 #include "api_server.h"
-#include "context_generator.h"
+#include "generator.h"
 #include "http_server.h"
 #include "server_options.h"
 
@@ -74,6 +74,16 @@ std::string model_id(const ServerOptions &o, const kt_model *model, const std::s
     std::string base = path.substr(path.find_last_of('/') + 1);
     if (base.size() > 5 && base.compare(base.size() - 5, 5, ".gguf") == 0) base.resize(base.size() - 5);
     return base;
+}
+
+// Positions per sequence: -c, else the model's training context, at most 4096 (kt_engine's own default, made
+// explicit so the server knows the limit it checks prompts against).
+int64_t context_length(const ServerOptions &o, const kt_model *model) {
+    if (o.ctx_size > 0) return o.ctx_size;
+    int64_t trained = 0;
+    const std::string key = std::string(kt_model_architecture(model)) + ".context_length";
+    if (kt_model_meta_get_int(model, key.c_str(), &trained) != KT_STATUS_OK || trained <= 0) return 4096;
+    return std::min<int64_t>(trained, 4096);
 }
 
 std::atomic<bool> g_stop_loading{false};
@@ -164,13 +174,17 @@ int main(int argc, char **argv) {
                 int32_t eog = 0;
                 if (kt_token_is_eog(model, id, &eog) == KT_STATUS_OK && eog) stops.push_back(id);
             }
-            kt_context_params cp;
-            kt_context_params_init(&cp);
-            cp.n_threads = o.threads;
-            cp.n_ctx = o.ctx_size;
-            cp.kv_type = o.kv_type;
+            kt_engine_params ep;
+            kt_engine_params_init(&ep);
+            ep.n_threads = o.threads;
+            ep.max_sequences = o.parallel;
+            ep.max_queued = o.queue;
+            ep.n_ctx = context_length(o, model);
+            ep.kv_budget_bytes = o.kv_budget_bytes;
+            ep.kv_type = o.kv_type;
+            ep.max_step_tokens = std::max<int64_t>(ep.max_step_tokens, o.parallel);
             std::string error;
-            generator = ContextGenerator::create(model, cp, o.parallel, o.queue, &error);
+            generator = Generator::create(model, ep, &error);
             if (!generator) {
                 std::fprintf(stderr, "kt-server: cannot run %s: %s\n", o.model_path.c_str(), error.c_str());
                 status = 1;

@@ -124,6 +124,8 @@ std::string Metrics::render(const GeneratorStats &stats) const {
     request_seconds_.render("kt_request_duration_seconds", &out);
     header(&out, "kt_kv_blocks_used", "gauge", "KV cache blocks in use.");
     sample(&out, "kt_kv_blocks_used", static_cast<double>(stats.kv_blocks_used));
+    header(&out, "kt_kv_blocks_cached", "gauge", "KV cache blocks held only by the prefix cache (reusable).");
+    sample(&out, "kt_kv_blocks_cached", static_cast<double>(stats.kv_blocks_cached));
     header(&out, "kt_kv_blocks_total", "gauge", "KV cache blocks in the pool.");
     sample(&out, "kt_kv_blocks_total", static_cast<double>(stats.kv_blocks_total));
     header(&out, "kt_preemptions_total", "counter", "Sequences preempted because the KV pool ran out.");

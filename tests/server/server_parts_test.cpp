@@ -103,7 +103,7 @@ TEST_CASE("metrics render as Prometheus text: counters, gauges and cumulative hi
         CHECK(std::regex_match(line, sample_line));
     }
     for (const char *name : {"kt_requests_total", "kt_time_per_output_token_seconds", "kt_request_duration_seconds",
-                             "kt_kv_blocks_total", "kt_preemptions_total"}) {
+                             "kt_kv_blocks_total", "kt_kv_blocks_cached", "kt_preemptions_total"}) {
         CHECK(text.find(std::string("# TYPE ") + name + " ") != std::string::npos);
     }
 }

@@ -116,10 +116,11 @@ public:
         kt_detokenizer_free(detokenizer_);
     }
 
-    // Waits up to timeout_ms for more text and returns it ("" if none came). After the end, done() is true.
-    std::string advance(int32_t timeout_ms) {
-        std::string text;
-        if (done_) return text;
+    // Waits up to timeout_ms for more text and returns it: one piece per token that completed some text, as
+    // OpenAI streams a delta per token (none when nothing came). After the end, done() is true.
+    std::vector<std::string> advance(int32_t timeout_ms) {
+        std::vector<std::string> pieces;
+        if (done_) return pieces;
         tokens_.clear();
         const SequenceRead r = sequence_->read(&tokens_, timeout_ms);
         if (!tokens_.empty()) {
@@ -127,26 +128,27 @@ public:
             if (n_generated_ == 0) api_->metrics().observe_time_to_first_token(seconds_since(start_));
             else api_->metrics().observe_time_per_token(std::chrono::duration<double>(now - last_token_).count() /
                                                         static_cast<double>(tokens_.size()));
+            api_->metrics().count_generated(static_cast<int64_t>(tokens_.size()));
             last_token_ = now;
             n_generated_ += static_cast<int64_t>(tokens_.size());
         }
         for (int32_t token : tokens_) {
-            append_piece(token, &text);
+            add_piece(token, &pieces);
             if (stop_.stopped()) break;
         }
         if (stop_.stopped()) {
             finish("stop");
             sequence_->cancel();
-            return text;
+            return pieces;
         }
-        if (r.finish == Finish::kRunning) return text;
+        if (r.finish == Finish::kRunning) return pieces;
         if (r.finish == Finish::kError) {
             error_ = r.error.empty() ? "the generation failed" : r.error;
         }
-        append_piece(-1, &text);
-        text += stop_.finish();
+        add_piece(-1, &pieces);
+        if (std::string rest = stop_.finish(); !rest.empty()) pieces.push_back(std::move(rest));
         finish(finish_reason_of(r.finish));
-        return text;
+        return pieces;
     }
 
     bool done() const { return done_; }
@@ -158,12 +160,14 @@ public:
     Usage usage() const { return {n_prompt_, n_generated_, info_.n_prompt_cached}; }
 
 private:
-    void append_piece(int32_t token, std::string *text) {
+    // The text a token (-1: the end of the stream) completes, after the stop strings, if there is any.
+    void add_piece(int32_t token, std::vector<std::string> *pieces) {
         piece_.clear();
         // A failing push can only mean an id outside the vocabulary, which the engine never produces; the text
         // just goes without it.
         pieces_.push(token, &piece_);
-        *text += stop_.push(sanitize_utf8(piece_));
+        std::string text = stop_.push(sanitize_utf8(piece_));
+        if (!text.empty()) pieces->push_back(std::move(text));
     }
 
     void finish(const char *reason) {
@@ -176,7 +180,7 @@ private:
     // before the response, which holds this generation, is destroyed).
     void record() {
         info_ = sequence_->info();
-        api_->metrics().count_generation(n_prompt_, info_.n_prompt_cached, n_generated_);
+        api_->metrics().count_prompt(n_prompt_, info_.n_prompt_cached);
         api_->metrics().observe_request_seconds(seconds_since(start_));
         t_record.prompt_tokens = n_prompt_;
         t_record.cached_tokens = info_.n_prompt_cached;
@@ -352,7 +356,7 @@ struct Handlers {
                 res.status = 499;  // nginx's "client closed request": for the log and the metrics only
                 return;
             }
-            text += generation->advance(100);
+            for (const std::string &piece : generation->advance(100)) text += piece;
         }
         if (!generation->error().empty())
             return send_error(res, server_error(500, "the generation failed: " + generation->error()));
@@ -386,10 +390,12 @@ struct Handlers {
                     return true;
                 }
                 if (HttpServer::peer_closed()) return false;  // the client left: the generation is cancelled
-                const std::string text = g.advance(std::min<int32_t>(ping_ms, 100));
-                if (!text.empty() && !write(sse_data(g.shape().text_chunk(text)))) return false;
+                std::string events;  // one write for all the chunks that came at once
+                for (const std::string &piece : g.advance(std::min<int32_t>(ping_ms, 100)))
+                    events += sse_data(g.shape().text_chunk(piece));
+                if (!events.empty() && !write(events)) return false;
                 if (!g.done()) {
-                    if (text.empty() && Clock::now() - state->last_write >= std::chrono::milliseconds(ping_ms))
+                    if (events.empty() && Clock::now() - state->last_write >= std::chrono::milliseconds(ping_ms))
                         return write(kSsePing);
                     return true;
                 }

@@ -76,11 +76,15 @@ void Metrics::count_request(const std::string &route, int status) {
     ++requests_[{route, status}];
 }
 
-void Metrics::count_generation(int64_t prompt_tokens, int64_t cached_tokens, int64_t generated_tokens) {
+void Metrics::count_prompt(int64_t prompt_tokens, int64_t cached_tokens) {
     std::lock_guard<std::mutex> lock(mutex_);
     prompt_tokens_ += static_cast<uint64_t>(prompt_tokens);
     cached_tokens_ += static_cast<uint64_t>(cached_tokens);
-    generated_tokens_ += static_cast<uint64_t>(generated_tokens);
+}
+
+void Metrics::count_generated(int64_t tokens) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    generated_tokens_ += static_cast<uint64_t>(tokens);
 }
 
 void Metrics::observe_time_to_first_token(double seconds) {
@@ -110,11 +114,11 @@ std::string Metrics::render(const GeneratorStats &stats) const {
     sample(&out, "kt_requests_running", static_cast<double>(stats.running));
     header(&out, "kt_requests_queued", "gauge", "Sequences waiting to be admitted.");
     sample(&out, "kt_requests_queued", static_cast<double>(stats.queued));
-    header(&out, "kt_prompt_tokens_total", "counter", "Prompt tokens of finished generations.");
+    header(&out, "kt_prompt_tokens_total", "counter", "Prompt tokens of ended generations.");
     sample(&out, "kt_prompt_tokens_total", static_cast<double>(prompt_tokens_));
     header(&out, "kt_prompt_tokens_cached_total", "counter", "Prompt tokens whose KV was reused from the prefix cache.");
     sample(&out, "kt_prompt_tokens_cached_total", static_cast<double>(cached_tokens_));
-    header(&out, "kt_generated_tokens_total", "counter", "Tokens generated.");
+    header(&out, "kt_generated_tokens_total", "counter", "Tokens generated, counted as they are handed out.");
     sample(&out, "kt_generated_tokens_total", static_cast<double>(generated_tokens_));
     header(&out, "kt_time_to_first_token_seconds", "histogram", "From a request's arrival to its first token.");
     ttft_.render("kt_time_to_first_token_seconds", &out);

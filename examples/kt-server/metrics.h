@@ -34,8 +34,9 @@ public:
 
     // One finished HTTP request: which route ("chat", "completions", "models", ...) and its status.
     void count_request(const std::string &route, int status);
-    // One finished generation.
-    void count_generation(int64_t prompt_tokens, int64_t cached_tokens, int64_t generated_tokens);
+    // A generation's prompt (when it ends), and its tokens as they come.
+    void count_prompt(int64_t prompt_tokens, int64_t cached_tokens);
+    void count_generated(int64_t tokens);
     void observe_time_to_first_token(double seconds);
     void observe_time_per_token(double seconds);  // between consecutive tokens of one stream
     void observe_request_seconds(double seconds);

@@ -69,7 +69,9 @@ TEST_CASE("metrics render as Prometheus text: counters, gauges and cumulative hi
     m.count_request("chat", 200);
     m.count_request("chat", 200);
     m.count_request("chat", 400);
-    m.count_generation(10, 4, 7);
+    m.count_prompt(10, 4);
+    m.count_generated(3);
+    m.count_generated(4);
     m.observe_time_to_first_token(0.02);
     m.observe_time_to_first_token(0.3);
     m.observe_time_to_first_token(100);

@@ -264,7 +264,7 @@ struct Handlers {
         return std::nullopt;
     }
 
-    std::optional<ApiError> chat_prompt(const ChatRequest &request, std::vector<int32_t> *out) {
+    std::optional<ApiError> prompt_of(const ChatRequest &request, std::vector<int32_t> *out) {
         std::vector<kt_chat_message> turns;
         for (const ChatMessage &m : request.messages) turns.push_back({m.role.c_str(), m.content.c_str()});
         kt_chat_params params;
@@ -284,7 +284,7 @@ struct Handlers {
         return std::nullopt;
     }
 
-    std::optional<ApiError> completion_prompt(const CompletionRequest &request, std::vector<int32_t> *out) {
+    std::optional<ApiError> prompt_of(const CompletionRequest &request, std::vector<int32_t> *out) {
         if (request.prompt_is_tokens) {
             for (size_t i = 0; i < request.prompt_tokens.size(); ++i) {
                 if (request.prompt_tokens[i] >= served().n_vocab) {
@@ -303,26 +303,22 @@ struct Handlers {
         return std::nullopt;
     }
 
+    // A parsed chat or completion request made into a job; prompt_param names its prompt field in errors.
+    template <class Request>
+    std::optional<ApiError> prepare(Parsed<Request> parsed, const char *prompt_param, Prepared *out) {
+        if (auto *e = std::get_if<ApiError>(&parsed)) return *e;
+        const Request &request = std::get<Request>(parsed);
+        std::vector<int32_t> prompt;
+        if (auto e = prompt_of(request, &prompt)) return e;
+        return prepare(request.generation, std::move(prompt), prompt_param, out);
+    }
+
     void generate(const httplib::Request &req, httplib::Response &res, Endpoint endpoint) {
         const Clock::time_point start = t_record.start;
         Prepared p;
-        std::optional<ApiError> error;
-        std::string model_name;
-        if (endpoint == Endpoint::kChat) {
-            Parsed<ChatRequest> parsed = parse_chat_request(req.body);
-            if (auto *e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
-            auto &request = std::get<ChatRequest>(parsed);
-            std::vector<int32_t> prompt;
-            error = chat_prompt(request, &prompt);
-            if (!error) error = prepare(request.generation, std::move(prompt), "messages", &p);
-        } else {
-            Parsed<CompletionRequest> parsed = parse_completion_request(req.body);
-            if (auto *e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
-            auto &request = std::get<CompletionRequest>(parsed);
-            std::vector<int32_t> prompt;
-            error = completion_prompt(request, &prompt);
-            if (!error) error = prepare(request.generation, std::move(prompt), "prompt", &p);
-        }
+        const std::optional<ApiError> error = endpoint == Endpoint::kChat
+                                                  ? prepare(parse_chat_request(req.body), "messages", &p)
+                                                  : prepare(parse_completion_request(req.body), "prompt", &p);
         if (error) return send_error(res, *error);
 
         kt_detokenizer *detokenizer = nullptr;

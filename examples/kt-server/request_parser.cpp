@@ -289,66 +289,63 @@ void read_prompt(const json &body, Reader *r, CompletionRequest *out) {
     if (!r->error && out->prompt_tokens.empty()) r->fail("prompt", "'prompt' must not be an empty array");
 }
 
+// The skeleton every parser shares: the body as a JSON object, then `read` fills the request or records the
+// first error.
+template <class Request, class Read>
+Parsed<Request> parse(std::string_view text, Read read) {
+    json body;
+    if (auto e = parse_body(text, &body)) return *e;
+    Reader r;
+    Request request;
+    read(body, &r, &request);
+    if (r.error) return *r.error;
+    return request;
+}
+
 }  // namespace
 
 Parsed<ChatRequest> parse_chat_request(std::string_view text) {
-    json body;
-    if (auto e = parse_body(text, &body)) return *e;
-    Reader r;
-    ChatRequest request;
-    read_messages(body, &r, &request.messages);
-    if (!r.error) read_generation_fields(body, &r, &request.generation);
-    if (r.error) return *r.error;
-    return request;
+    return parse<ChatRequest>(text, [](const json &body, Reader *r, ChatRequest *out) {
+        read_messages(body, r, &out->messages);
+        if (!r->error) read_generation_fields(body, r, &out->generation);
+    });
 }
 
 Parsed<CompletionRequest> parse_completion_request(std::string_view text) {
-    json body;
-    if (auto e = parse_body(text, &body)) return *e;
-    Reader r;
-    CompletionRequest request;
-    read_prompt(body, &r, &request);
-    if (!r.error) {
+    return parse<CompletionRequest>(text, [](const json &body, Reader *r, CompletionRequest *out) {
+        read_prompt(body, r, out);
+        if (r->error) return;
         if (const json *echo = Reader::field(body, "echo"); echo && !(echo->is_boolean() && !echo->get<bool>()))
-            r.fail("echo", "echo is not supported");
-        if (const json *suffix = Reader::field(body, "suffix"); suffix && !(suffix->is_string() && suffix->get<std::string>().empty()))
-            r.fail("suffix", "suffix is not supported");
-    }
-    if (!r.error) read_generation_fields(body, &r, &request.generation);
-    if (r.error) return *r.error;
-    return request;
+            r->fail("echo", "echo is not supported");
+        const json *suffix = Reader::field(body, "suffix");
+        if (suffix && !(suffix->is_string() && suffix->get<std::string>().empty()))
+            r->fail("suffix", "suffix is not supported");
+        if (!r->error) read_generation_fields(body, r, &out->generation);
+    });
 }
 
 Parsed<TokenizeRequest> parse_tokenize_request(std::string_view text) {
-    json body;
-    if (auto e = parse_body(text, &body)) return *e;
-    Reader r;
-    TokenizeRequest request;
-    const json *content = Reader::field(body, "content");
-    if (!content) r.fail("content", "'content' is required");
-    else if (!content->is_string()) r.fail("content", "'content' must be a string");
-    else request.content = content->get<std::string>();
-    if (!r.error) r.read_bool(body, "add_special", &request.add_special);
-    if (!r.error) r.read_bool(body, "parse_special", &request.parse_special);
-    if (r.error) return *r.error;
-    return request;
+    return parse<TokenizeRequest>(text, [](const json &body, Reader *r, TokenizeRequest *out) {
+        const json *content = Reader::field(body, "content");
+        if (!content) r->fail("content", "'content' is required");
+        else if (!content->is_string()) r->fail("content", "'content' must be a string");
+        else out->content = content->get<std::string>();
+        if (!r->error) r->read_bool(body, "add_special", &out->add_special);
+        if (!r->error) r->read_bool(body, "parse_special", &out->parse_special);
+    });
 }
 
 Parsed<DetokenizeRequest> parse_detokenize_request(std::string_view text) {
-    json body;
-    if (auto e = parse_body(text, &body)) return *e;
-    Reader r;
-    DetokenizeRequest request;
-    const json *tokens = Reader::field(body, "tokens");
-    if (!tokens) r.fail("tokens", "'tokens' is required");
-    else if (!tokens->is_array()) r.fail("tokens", "'tokens' must be an array of token ids");
-    for (size_t i = 0; tokens && tokens->is_array() && i < tokens->size() && !r.error; ++i) {
-        int64_t id = 0;
-        if (r.read_int((*tokens)[i], "tokens[" + std::to_string(i) + "]", 0, INT32_MAX, &id))
-            request.tokens.push_back(static_cast<int32_t>(id));
-    }
-    if (r.error) return *r.error;
-    return request;
+    return parse<DetokenizeRequest>(text, [](const json &body, Reader *r, DetokenizeRequest *out) {
+        const json *tokens = Reader::field(body, "tokens");
+        if (!tokens) return (void)r->fail("tokens", "'tokens' is required");
+        if (!tokens->is_array()) return (void)r->fail("tokens", "'tokens' must be an array of token ids");
+        for (size_t i = 0; i < tokens->size() && !r->error; ++i) {
+            int64_t id = 0;
+            if (r->read_int((*tokens)[i], "tokens[" + std::to_string(i) + "]", 0, INT32_MAX, &id))
+                out->tokens.push_back(static_cast<int32_t>(id));
+        }
+    });
 }
 
 }  // namespace kt_server

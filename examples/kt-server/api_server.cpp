@@ -361,51 +361,63 @@ struct Handlers {
                         "application/json");
     }
 
+    struct StreamState {
+        std::shared_ptr<Generation> generation;
+        bool started = false;
+        Clock::time_point last_write;
+    };
+
     void stream(httplib::Response &res, std::shared_ptr<Generation> generation) {
         res.status = 200;
         res.set_header("Cache-Control", "no-cache");
         res.set_header("X-Accel-Buffering", "no");  // nginx passes each event on at once
         const int32_t ping_ms = api.options_.ping_ms;
         // The provider runs on this connection's thread, called again after each return of true until done().
-        struct State {
-            std::shared_ptr<Generation> generation;
-            bool started = false;
-            Clock::time_point last_write;
-        };
-        auto state = std::make_shared<State>(State{std::move(generation), false, Clock::now()});
+        auto state = std::make_shared<StreamState>(StreamState{std::move(generation), false, Clock::now()});
         res.set_chunked_content_provider(
             "text/event-stream", [state, ping_ms](size_t, httplib::DataSink &sink) {
-                Generation &g = *state->generation;
-                auto write = [&](const std::string &bytes) {
-                    state->last_write = Clock::now();
-                    return sink.write(bytes.data(), bytes.size());
-                };
-                if (!state->started) {
-                    state->started = true;
-                    if (g.shape().endpoint() == Endpoint::kChat) return write(sse_data(g.shape().role_chunk()));
-                    return true;
+                try {
+                    return stream_some(*state, ping_ms, sink);
+                } catch (...) {
+                    return false;  // out of memory: this connection ends, the server goes on
                 }
-                if (HttpServer::peer_closed()) return false;  // the client left: the generation is cancelled
-                std::string events;  // one write for all the chunks that came at once
-                for (const std::string &piece : g.advance(std::min<int32_t>(ping_ms, 100)))
-                    events += sse_data(g.shape().text_chunk(piece));
-                if (!events.empty() && !write(events)) return false;
-                if (!g.done()) {
-                    if (events.empty() && Clock::now() - state->last_write >= std::chrono::milliseconds(ping_ms))
-                        return write(kSsePing);
-                    return true;
-                }
-                if (!g.error().empty()) {
-                    const ApiError e = server_error(500, "the generation failed: " + g.error());
-                    if (!write(sse_data(e.body()))) return false;
-                } else {
-                    if (!write(sse_data(g.shape().finish_chunk(g.finish_reason())))) return false;
-                    if (g.shape().include_usage() && !write(sse_data(g.shape().usage_chunk(g.usage())))) return false;
-                }
-                if (!write(kSseDone)) return false;
-                sink.done();
-                return true;
             });
+    }
+
+    // Writes what the stream has next: the role chunk first, then whatever text came within a short wait, a
+    // ping when nothing has been written for ping_ms, and at the end the finish, the usage and [DONE]. Returns
+    // false when the client is gone.
+    static bool stream_some(StreamState &state, int32_t ping_ms, httplib::DataSink &sink) {
+        Generation &g = *state.generation;
+        auto write = [&](const std::string &bytes) {
+            state.last_write = Clock::now();
+            return sink.write(bytes.data(), bytes.size());
+        };
+        if (!state.started) {
+            state.started = true;
+            if (g.shape().endpoint() == Endpoint::kChat) return write(sse_data(g.shape().role_chunk()));
+            return true;
+        }
+        if (HttpServer::peer_closed()) return false;  // the client left: the generation is cancelled
+        std::string events;  // one write for all the chunks that came at once
+        for (const std::string &piece : g.advance(std::min<int32_t>(ping_ms, 100)))
+            events += sse_data(g.shape().text_chunk(piece));
+        if (!events.empty() && !write(events)) return false;
+        if (!g.done()) {
+            if (events.empty() && Clock::now() - state.last_write >= std::chrono::milliseconds(ping_ms))
+                return write(kSsePing);
+            return true;
+        }
+        if (!g.error().empty()) {
+            const ApiError e = server_error(500, "the generation failed: " + g.error());
+            if (!write(sse_data(e.body()))) return false;
+        } else {
+            if (!write(sse_data(g.shape().finish_chunk(g.finish_reason())))) return false;
+            if (g.shape().include_usage() && !write(sse_data(g.shape().usage_chunk(g.usage())))) return false;
+        }
+        if (!write(kSseDone)) return false;
+        sink.done();
+        return true;
     }
 
     void models(httplib::Response &res) {

@@ -145,7 +145,13 @@ bool HttpServer::process_and_close_socket(socket_t sock) {
         if (first && wait_for(sock, POLLIN, to_ms(read_timeout_sec_, read_timeout_usec_)) != 1) break;
         first = false;
         bool connection_closed = false;
-        ok = process_request(stream, remaining == 1 || draining_, connection_closed, nullptr);
+        try {
+            ok = process_request(stream, remaining == 1 || draining_, connection_closed, nullptr);
+        } catch (...) {
+            // httplib catches what the handlers throw; this is for its own writing of a response (the content
+            // providers, the logger), which runs outside that: the connection ends, never the process.
+            ok = false;
+        }
         if (!ok || connection_closed) break;
     }
     ::shutdown(sock, SHUT_RDWR);

@@ -64,11 +64,12 @@ const char *route_of(const std::string &path) {
 // Routes anyone may use: the chat page (it asks for the key itself) and the health check.
 bool is_public(const std::string &path) { return path == "/health" || find_page_asset(path) != nullptr; }
 
-// Compares in time independent of where the strings differ, so the key cannot be guessed byte by byte.
-bool same_secret(const std::string &a, const std::string &b) {
-    unsigned char diff = a.size() == b.size() ? 0 : 1;
-    for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % (b.empty() ? 1 : b.size())]);
-    return diff == 0 && !b.empty();
+// Compares in a time that does not depend on where the strings differ, so a key cannot be guessed byte by byte.
+// `key` is never empty (the options refuse empty keys).
+bool same_secret(const std::string &given, const std::string &key) {
+    unsigned char diff = given.size() == key.size() ? 0 : 1;
+    for (size_t i = 0; i < given.size(); ++i) diff |= static_cast<unsigned char>(given[i] ^ key[i % key.size()]);
+    return diff == 0;
 }
 
 std::string utc_now() {

@@ -124,7 +124,6 @@ int main(int argc, char **argv) {
 
     HttpServer http;
     http.new_task_queue = [n = o.http_threads] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
-    http.set_tcp_nodelay(true);
     ApiServer api(o, keys, request_log);
     api.install(&http);
 

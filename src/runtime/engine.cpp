@@ -137,7 +137,6 @@ Status Engine::create(std::shared_ptr<const model::Model> model, const EnginePar
     Engine *self = e.get();
     rc.should_abort = [self] { return self->stopping_.load(std::memory_order_relaxed); };
     KT_TRY(BatchRunner::create(std::move(model), rc, &e->runner_));
-    e->logits_.resize(static_cast<size_t>(params.max_sequences * e->model().hp.n_vocab));
     e->counters_.block_tokens = params.kv_block_tokens;
     e->counters_.blocks_total = n_blocks;
     e->counters_.kv_bytes = e->runner_->cache().bytes();
@@ -220,8 +219,11 @@ void Engine::scheduler_main() {
             inbox_->incoming.clear();
         }
         drop_cancelled();
-        if (plan_step()) run_step();
-        publish_stats();
+        publish();
+        if (plan_step()) {
+            run_step();
+            publish();
+        }
     }
     // Stopping: whatever is left ends as cancelled.
     std::deque<std::shared_ptr<Sequence>> incoming;
@@ -235,7 +237,7 @@ void Engine::scheduler_main() {
     for (auto &seq : incoming) finish(*seq, StopReason::kCancelled);
     running_.clear();
     waiting_.clear();
-    publish_stats();
+    publish();
 }
 
 void Engine::drop_cancelled() {
@@ -409,6 +411,9 @@ void Engine::run_step() {
     step.n_segments = static_cast<int64_t>(segments_.size());
     step.output_rows = output_rows_.data();
     step.n_outputs = static_cast<int64_t>(output_rows_.size());
+    // Rows for the sequences sampling in this step; grown to the most a step has needed, not max_sequences.
+    const size_t logits_floats = output_rows_.size() * static_cast<size_t>(model().hp.n_vocab);
+    if (logits_.size() < logits_floats) logits_.resize(logits_floats);
     step.logits = logits_.data();
     const auto start = Clock::now();
     const Status status = runner_->run(step);
@@ -461,21 +466,13 @@ void Engine::run_step() {
         seq.tokens_.push_back(token);
         ++seq.n_generated_;
         ++counters_.n_generated_tokens;
-        {
-            std::lock_guard<std::mutex> lock(seq.mutex_);
-            seq.generated_.push_back(token);
-            if (!seq.has_first_token_) {
-                seq.has_first_token_ = true;
-                seq.first_token_ = Clock::now();
-            }
-        }
-        seq.cv_.notify_all();
+        Announcement &a = announce(seq);
+        a.has_token = true;
+        a.token = token;
         if (seq.n_generated_ >= seq.params_.max_tokens) {
             finish(seq, StopReason::kMaxTokens);
         } else if (static_cast<int64_t>(seq.tokens_.size()) >= params_.n_ctx) {
             finish(seq, StopReason::kContextFull);  // the token just sampled would have no position
-        } else if (seq.params_.notify) {
-            seq.params_.notify();
         }
     }
     drop_finished();
@@ -511,18 +508,49 @@ void Engine::release_blocks(Sequence &seq) {
 void Engine::finish(Sequence &seq, StopReason reason, const std::string &error) {
     release_blocks(seq);
     seq.finished_flag_ = true;
-    seq.sampler_ = Sampler();  // its scratch (a row of candidates) is not needed any more
-    {
-        std::lock_guard<std::mutex> lock(seq.mutex_);
-        seq.finished_ = true;
-        seq.reason_ = reason;
-        seq.error_ = error;
-        seq.state_ = SequenceState::kFinished;
-        seq.finished_at_ = Clock::now();
-    }
-    seq.cv_.notify_all();
+    seq.sampler_ = Sampler();  // its scratch is not needed any more
     ++counters_.n_finished;
-    if (seq.params_.notify) seq.params_.notify();
+    Announcement &a = announce(seq);
+    a.finished = true;
+    a.reason = reason;
+    a.error = error;
+}
+
+Engine::Announcement &Engine::announce(Sequence &seq) {
+    if (announcements_.empty() || announcements_.back().seq.get() != &seq) {
+        announcements_.emplace_back();
+        announcements_.back().seq = seq.shared_from_this();
+    }
+    return announcements_.back();
+}
+
+// Statistics first, then what readers see: a caller who has read a token or an end finds it counted.
+void Engine::publish() {
+    publish_stats();
+    const Clock::time_point now = Clock::now();
+    for (Announcement &a : announcements_) {
+        Sequence &seq = *a.seq;
+        {
+            std::lock_guard<std::mutex> lock(seq.mutex_);
+            if (a.has_token) {
+                seq.generated_.push_back(a.token);
+                if (!seq.has_first_token_) {
+                    seq.has_first_token_ = true;
+                    seq.first_token_ = now;
+                }
+            }
+            if (a.finished) {
+                seq.finished_ = true;
+                seq.reason_ = a.reason;
+                seq.error_ = std::move(a.error);
+                seq.state_ = SequenceState::kFinished;
+                seq.finished_at_ = now;
+            }
+        }
+        seq.cv_.notify_all();
+        if (seq.params_.notify) seq.params_.notify();
+    }
+    announcements_.clear();
 }
 
 }  // namespace kt::runtime

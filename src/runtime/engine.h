@@ -96,7 +96,7 @@ struct EngineStats {
 // while the engine is being destroyed.
 struct Inbox;
 
-class Sequence {
+class Sequence : public std::enable_shared_from_this<Sequence> {
 public:
     // Hands out up to `capacity` tokens not read yet, waiting up to timeout_ms (< 0: no limit) for one or the
     // end. *finished: the sequence has ended and every token has been read (then *reason says why).
@@ -178,7 +178,20 @@ private:
     bool try_admit(Sequence &seq);
     void schedule(Sequence &seq, int64_t n_tokens);
     void run_step();
+    // Ends the sequence for the scheduler (blocks released); its readers see it at the next publish().
     void finish(Sequence &seq, StopReason reason, const std::string &error = std::string());
+    // What readers will see of a sequence at the next publish(): a new token, the end.
+    struct Announcement {
+        std::shared_ptr<Sequence> seq;  // kept alive until announced, even if dropped from the queues meanwhile
+        bool has_token = false;
+        int32_t token = 0;
+        bool finished = false;
+        StopReason reason = StopReason::kMaxTokens;
+        std::string error;
+    };
+    Announcement &announce(Sequence &seq);
+    // Publishes the statistics, then the step's announcements (tokens, ends), waking readers and notify callbacks.
+    void publish();
     void release_blocks(Sequence &seq);
     void publish_full_blocks(Sequence &seq);
     void publish_stats();
@@ -201,7 +214,8 @@ private:
     std::vector<int32_t> output_rows_;
     std::vector<Sequence *> output_sequences_;        // [output]
     std::vector<int32_t> sampled_;                    // [output]
-    std::vector<float> logits_;                       // [max_sequences, V]
+    std::vector<float> logits_;                       // [outputs, V]
+    std::vector<Announcement> announcements_;
 };
 
 }  // namespace kt::runtime

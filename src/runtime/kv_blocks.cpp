@@ -3,20 +3,9 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "model/tokenizer/flat_hash.h"
+
 namespace kt::runtime {
-namespace {
-
-// splitmix64's finalizer: every input bit affects every output bit.
-uint64_t mix(uint64_t x) {
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return x;
-}
-
-}  // namespace
 
 KvBlocks::KvBlocks(int64_t n_blocks, int64_t block_tokens, bool prefix_cache)
     : n_blocks_(n_blocks), block_tokens_(block_tokens), prefix_cache_(prefix_cache) {
@@ -86,8 +75,9 @@ void KvBlocks::forget(int32_t block) {
 }
 
 uint64_t KvBlocks::key(uint64_t parent, const int32_t *tokens) const {
-    uint64_t h = mix(parent + 0x9e3779b97f4a7c15ull);
-    for (int64_t i = 0; i < block_tokens_; ++i) h = mix(h ^ static_cast<uint32_t>(tokens[i]));
+    // A 64-bit finalizer (every input bit reaches every output bit) over the parent key, then each token.
+    uint64_t h = tokenizer::hash_u64(parent + 0x9e3779b97f4a7c15ull);
+    for (int64_t i = 0; i < block_tokens_; ++i) h = tokenizer::hash_u64(h ^ static_cast<uint32_t>(tokens[i]));
     return h;
 }
 

@@ -41,7 +41,8 @@ private:
         float p;
     };
     std::vector<Candidate> candidates_;
-    std::vector<int32_t> counts_;  // per-token occurrences in the penalty window
+    std::vector<int32_t> counts_;  // per-token occurrences in the penalty window; zero outside sample()
+    std::vector<int32_t> window_;  // the distinct tokens of the window (the entries of counts_ to reset)
 };
 
 }  // namespace kt::runtime

@@ -19,9 +19,12 @@ namespace {
 struct Loaded {
     kt::test::TempDir dir;
     kt_model *model = nullptr;
-    Loaded() {
+    explicit Loaded(const kt::test::TinyModel &spec = kt::test::TinyModel{}) {
         const std::string path = dir.file("model.gguf");
-        kt::test::write_file(path, kt::test::write_tiny_model(kt::test::TinyModel{}));
+        kt::test::write_file(path, kt::test::write_tiny_model(spec));
+        REQUIRE(kt_model_load(path.c_str(), nullptr, &model, nullptr) == KT_STATUS_OK);
+    }
+    explicit Loaded(const std::string &path) {
         REQUIRE(kt_model_load(path.c_str(), nullptr, &model, nullptr) == KT_STATUS_OK);
     }
     ~Loaded() { kt_model_free(model); }
@@ -74,11 +77,12 @@ std::vector<int32_t> read_all(kt_sequence *seq, int32_t *finish) {
 }
 
 std::vector<int32_t> context_generate(kt_model *model, const std::vector<int32_t> &prompt, int64_t max_tokens,
-                                      const kt_sampler_params *sampler = nullptr) {
+                                      const kt_sampler_params *sampler = nullptr, int32_t kernels = KT_KERNELS_AUTO) {
     kt_context_params cp;
     kt_context_params_init(&cp);
     cp.n_threads = 2;
     cp.n_ctx = 64;
+    cp.kernels = kernels;
     kt_context *ctx = nullptr;
     REQUIRE(kt_context_create(model, &cp, &ctx, nullptr) == KT_STATUS_OK);
     kt_generate_params gp;
@@ -138,6 +142,34 @@ TEST_CASE("engine api: sequences batched give kt_context_generate's tokens, gree
     CHECK(st.n_steps > 0);
     CHECK(st.step_seconds > 0);
     kt_engine_free(engine);
+}
+
+TEST_CASE("engine api: every architecture batched gives kt_context_generate's tokens") {
+    struct Arch {
+        std::string name;
+        bool moe;
+    };
+    for (const Arch &a : {Arch{"llama", false}, Arch{"llama", true}, Arch{"qwen2", false}, Arch{"qwen3", false},
+                          Arch{"qwen2moe", true}, Arch{"qwen3moe", true}, Arch{"deepseek2", true}}) {
+        INFO(a.name << (a.moe ? " (MoE)" : ""));
+        kt::test::TinyModel spec;
+        spec.arch = a.name;
+        if (!a.moe) spec.n_expert = 0;
+        // deepseek2 (MLA attention, shared experts, a dense first layer) from the golden models.
+        const Loaded m = a.name == "deepseek2" ? Loaded(kt::test::testdata_path("models/deepseek2.f32.gguf")) : Loaded(spec);
+        kt_engine_params ep = engine_params();
+        ep.kernels = KT_KERNELS_REFERENCE;
+        kt_engine *engine = create(m.model, ep);
+        std::vector<kt_sequence *> seqs;
+        for (int i = 0; i < 4; ++i) seqs.push_back(submit(engine, prompt_of(3 + 9 * i, i), 12));
+        for (int i = 0; i < 4; ++i) {
+            INFO("sequence " << i);
+            int32_t finish = 0;
+            CHECK(read_all(seqs[i], &finish) == context_generate(m.model, prompt_of(3 + 9 * i, i), 12, nullptr, KT_KERNELS_REFERENCE));
+            kt_sequence_free(seqs[i]);
+        }
+        kt_engine_free(engine);
+    }
 }
 
 TEST_CASE("engine api: a read hands each token out once, waits or polls, and reports the end after the last token") {
@@ -283,7 +315,7 @@ TEST_CASE("engine api: cancel, free and engine free in any order while sequences
     kt_engine_free(nullptr);
 }
 
-TEST_CASE("engine api: a full queue is KT_STATUS_BUSY; bad parameters get a status and a message") {
+TEST_CASE("engine api: a full queue is KT_STATUS_BUSY, and bad parameters get a status and a message") {
     Loaded m;
     kt_engine_params p = engine_params(512);
     p.max_sequences = 1;

@@ -155,8 +155,8 @@ void wait_for(Done &&done) {
     }
 }
 
-// The engine's statistics once every submitted sequence has finished and the step that finished the last one
-// has been published (readers are woken inside the step, statistics published after it).
+// The engine's statistics once every submitted sequence has finished (the engine publishes its statistics
+// before it wakes readers, so a drained sequence is already counted; this also checks that nothing is left).
 kt::runtime::EngineStats settled(const Engine &engine) {
     wait_for([&] {
         const kt::runtime::EngineStats s = engine.stats();
@@ -418,7 +418,7 @@ TEST_CASE("engine: under a tiny KV budget sequences are preempted, resumed, and 
     }
 }
 
-TEST_CASE("engine: cancelling a sequence takes effect within a step and frees its blocks; the others go on") {
+TEST_CASE("engine: cancelling a sequence takes effect within a step and frees its blocks, and the others go on") {
     TestModel m(tiny_spec(), false);
     EngineParams ep;
     ep.n_ctx = 256;
@@ -452,7 +452,7 @@ TEST_CASE("engine: cancelling a sequence takes effect within a step and frees it
     CHECK(drain(*first.seq).tokens.size() == 30);
 }
 
-TEST_CASE("engine: many threads submit and read at once; every sequence gets its own tokens") {
+TEST_CASE("engine: many threads submit and read at once, and every sequence gets its own tokens") {
     TestModel m(tiny_spec(), true);
     EngineParams ep;
     ep.n_ctx = 96;
@@ -492,7 +492,7 @@ TEST_CASE("engine: many threads submit and read at once; every sequence gets its
     CHECK(settled(*engine).n_finished == kThreads * kEach);
 }
 
-TEST_CASE("engine: a full queue refuses with BUSY; bad prompts are refused before queueing") {
+TEST_CASE("engine: a full queue refuses with BUSY, and bad prompts are refused before queueing") {
     TestModel m(tiny_spec(), false);
     EngineParams ep;
     ep.n_ctx = 32;
@@ -545,7 +545,7 @@ TEST_CASE("engine: a full queue refuses with BUSY; bad prompts are refused befor
     CHECK(Engine::create(m.model, steps, &none).code() == KT_STATUS_INVALID_ARGUMENT);
 }
 
-TEST_CASE("engine: sequences end at a stop token, max_tokens or a full context, as a context's do; sampling too") {
+TEST_CASE("engine: sequences end at a stop token, max_tokens or a full context as a context's do, and seeded sampling draws as a context does") {
     TestModel m(tiny_spec(), false);
     EngineParams ep;
     ep.n_ctx = 40;
@@ -601,7 +601,7 @@ TEST_CASE("engine: sequences end at a stop token, max_tokens or a full context, 
     }
 }
 
-TEST_CASE("engine: freeing the engine ends what is left; sequences outlive it") {
+TEST_CASE("engine: freeing the engine ends what is left, and sequences outlive it") {
     TestModel m(tiny_spec(), false);
     EngineParams ep;
     ep.n_ctx = 512;

@@ -325,3 +325,83 @@ TEST_CASE("sampler: greedy, filters, penalties and seeded draws") {
     t1.seed = 42;
     CHECK(frequencies(t1, probs, 300) == frequencies(t1, probs, 300));
 }
+
+namespace {
+
+// The sampler chain written plainly (penalties on a copy of every logit, a full sort, filters, one draw), as the
+// oracle for the sampler's one-pass selection.
+int32_t sample_plainly(const kt::runtime::SamplerParams &p, const std::vector<float> &logits,
+                       const std::vector<int32_t> &history, std::mt19937_64 &rng) {
+    struct C {
+        int32_t id;
+        float logit;
+        double p;
+    };
+    std::vector<C> c;
+    for (size_t i = 0; i < logits.size(); ++i) c.push_back({int32_t(i), logits[i], 0.0});
+    const size_t window = p.repeat_last_n < 0 ? history.size() : std::min(history.size(), size_t(p.repeat_last_n));
+    std::map<int32_t, int> count;
+    for (size_t i = history.size() - window; i < history.size(); ++i) ++count[history[i]];
+    for (const auto &[id, n] : count) {
+        float &l = c[size_t(id)].logit;
+        l = l <= 0.0f ? l * p.repeat_penalty : l / p.repeat_penalty;
+        l -= float(n) * p.frequency_penalty + p.presence_penalty;
+    }
+    std::sort(c.begin(), c.end(), [](const C &a, const C &b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); });
+    if (p.temperature <= 0.0f) return c[0].id;
+    size_t n = p.top_k > 0 ? std::min(c.size(), size_t(p.top_k)) : c.size();
+    auto softmax = [&](size_t count_, float t) {
+        double sum = 0;
+        for (size_t i = 0; i < count_; ++i) sum += c[i].p = float(std::exp(c[i].logit / t - c[0].logit / t));
+        for (size_t i = 0; i < count_; ++i) c[i].p = float(c[i].p / sum);
+    };
+    softmax(n, 1.0f);
+    if (p.top_p < 1.0f) {
+        double cumulative = 0;
+        for (size_t i = 0; i < n; ++i)
+            if ((cumulative += c[i].p) >= p.top_p) {
+                n = i + 1;
+                break;
+            }
+    }
+    if (p.min_p > 0.0f) {
+        size_t keep = 1;
+        while (keep < n && c[keep].p >= p.min_p * c[0].p) ++keep;
+        n = keep;
+    }
+    softmax(n, p.temperature);
+    double r = double(rng() >> 11) * 0x1.0p-53;
+    for (size_t i = 0; i < n; ++i)
+        if ((r -= c[i].p) < 0.0) return c[i].id;
+    return c[n - 1].id;
+}
+
+}  // namespace
+
+TEST_CASE("sampler: its one-pass top-k and penalties choose what the plain full-sort chain chooses") {
+    std::mt19937 gen(5);
+    for (int trial = 0; trial < 300; ++trial) {
+        const int64_t V = 1 + int64_t(gen() % 700);
+        std::vector<float> logits = kt::test::random_normal(size_t(V), uint64_t(trial), 3.0f);
+        // Many ties (logits rounded to halves in every other trial): the order among equal logits (lower id
+        // first) decides which tokens survive top-k.
+        if (trial % 2) for (float &l : logits) l = std::round(l * 2) / 2;
+        std::vector<int32_t> history(gen() % 90);
+        for (int32_t &t : history) t = int32_t(gen() % V);
+        kt::runtime::SamplerParams p;
+        p.temperature = trial % 4 == 0 ? 0.0f : 0.3f + float(gen() % 10) / 10;
+        p.top_k = int32_t(gen() % 3 == 0 ? 0 : gen() % 60);
+        p.top_p = gen() % 2 ? 1.0f : 0.5f + float(gen() % 50) / 100;
+        p.min_p = gen() % 2 ? 0.0f : float(gen() % 20) / 100;
+        p.repeat_penalty = gen() % 2 ? 1.0f : 1.3f;
+        p.repeat_last_n = int32_t(gen() % 3 == 0 ? -1 : gen() % 70);
+        p.presence_penalty = gen() % 2 ? 0.0f : 0.5f;
+        p.frequency_penalty = gen() % 2 ? 0.0f : 0.2f;
+        p.seed = uint64_t(trial);
+        INFO("trial " << trial << ": V " << V << ", T " << p.temperature << ", top-k " << p.top_k);
+        kt::runtime::Sampler s;
+        s.seed(p.seed);
+        std::mt19937_64 rng(p.seed);
+        for (int draw = 0; draw < 4; ++draw) CHECK(s.sample(p, logits.data(), V, history) == sample_plainly(p, logits, history, rng));
+    }
+}

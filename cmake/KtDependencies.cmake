@@ -2,7 +2,7 @@
 # that installs it, instead of a cryptic error ten lines later.
 
 set(KT_APT_PACKAGES_ALL
-  "cmake g++ pkg-config libhwloc-dev libxbyak-dev libzydis-dev catch2 libbenchmark-dev python3 unicode-data cargo golang-go python3-numpy"
+  "cmake g++ pkg-config libhwloc-dev libxbyak-dev libzydis-dev catch2 libbenchmark-dev python3 unicode-data cargo golang-go python3-numpy libcpp-httplib-dev nlohmann-json3-dev"
   CACHE INTERNAL "Everything a full kt build needs from Debian")
 
 function(kt_missing_dependency what package)
@@ -51,6 +51,19 @@ if(KT_BUILD_TESTS)
   if(NOT Python3_Interpreter_FOUND OR NOT EXISTS "${KT_UCD_DIR}/UnicodeData.txt")
     message(STATUS "kt: python3 or ${KT_UCD_DIR}/UnicodeData.txt missing: the unicode table check is left out "
                    "(apt-get install -y python3 unicode-data)")
+  endif()
+endif()
+
+# kt-server: cpp-httplib (Debian builds it as a shared library, with OpenSSL, zlib and Brotli; its header must be
+# compiled with the same flags, which its pkg-config file gives) and nlohmann-json (header-only).
+if(KT_BUILD_SERVER)
+  pkg_check_modules(HTTPLIB QUIET IMPORTED_TARGET cpp-httplib>=0.11)
+  if(NOT HTTPLIB_FOUND)
+    kt_missing_dependency("cpp-httplib (kt-server)" "libcpp-httplib-dev")
+  endif()
+  find_package(nlohmann_json 3.10 CONFIG QUIET)
+  if(NOT nlohmann_json_FOUND)
+    kt_missing_dependency("nlohmann-json (kt-server)" "nlohmann-json3-dev")
   endif()
 endif()
 

@@ -1,6 +1,8 @@
 # Build options. Everything kt needs comes from Debian packages (see KtDependencies.cmake).
 option(KT_BUILD_TESTS "Build the test suite" ON)
 option(KT_BUILD_EXAMPLES "Build the example programs (kt-inspect, ...)" ON)
+option(KT_BUILD_SERVER "Build kt-server, the OpenAI-compatible HTTP server (needs libcpp-httplib-dev, nlohmann-json3-dev)"
+  ${KT_BUILD_EXAMPLES})
 option(KT_BUILD_BENCH "Build the benchmarks (needs libbenchmark-dev)" ON)
 option(KT_BUILD_SHARED "Also build libkt.so (C ABI only is exported)" OFF)
 set(KT_TEST_BINDINGS "AUTO" CACHE STRING

@@ -1,5 +1,6 @@
-// What kt's command-line programs share: strict number parsing, the sampling flags, and streaming generated text
-// through a kt_detokenizer. Header-only and built on kt.h alone, like the programs themselves.
+// What kt's command-line programs share: strict number parsing, the sampling flags, the kt calls that fill caller
+// buffers (asked for their size, then called again), and streaming generated text through a kt_detokenizer.
+// Header-only and built on kt.h alone, like the programs themselves.
 #pragma once
 
 #include <cerrno>
@@ -91,14 +92,54 @@ inline Flag sampling_flag(const std::string &flag, const char *value, kt_sampler
     return Flag::kNotMine;
 }
 
-// Writes generated tokens to stdout as text: the detokenizer holds back an incomplete UTF-8 character until it is
-// whole, and the buffer grows when a piece needs more room.
-class TextStream {
-public:
-    explicit TextStream(kt_detokenizer *detokenizer) : detokenizer_(detokenizer) {}
+// ---------------------------------------------------------------------------------------------------------------
+// The kt calls that fill caller buffers negotiate their size: ask, grow, ask again. Errors are the calls' own
+// statuses; the message is in kt_model_last_error.
 
-    // Pushes a token (token < 0: flushes what is held back) and prints the text it completes.
-    void push(int32_t token) {
+// The conversation rendered with the model's chat template (or the one `params` names).
+inline kt_status render_chat(const kt_model *model, const std::vector<kt_chat_message> &turns,
+                             const kt_chat_params &params, std::string *out) {
+    int64_t length = 0;
+    const int64_t n = static_cast<int64_t>(turns.size());
+    kt_status s = kt_chat_apply_template(model, turns.data(), n, &params, nullptr, 0, &length);
+    if (s != KT_STATUS_OK && s != KT_STATUS_BUFFER_TOO_SMALL) return s;
+    out->assign(static_cast<size_t>(length) + 1, '\0');  // + the NUL kt writes
+    s = kt_chat_apply_template(model, turns.data(), n, &params, out->data(), static_cast<int64_t>(out->size()), &length);
+    out->resize(s == KT_STATUS_OK ? static_cast<size_t>(length) : 0);
+    return s;
+}
+
+inline kt_status tokenize(const kt_model *model, const std::string &text, bool add_special, bool parse_special,
+                          std::vector<int32_t> *out) {
+    int64_t count = 0;
+    kt_status s = kt_tokenize(model, text.data(), text.size(), add_special, parse_special, nullptr, 0, &count);
+    if (s != KT_STATUS_OK && s != KT_STATUS_BUFFER_TOO_SMALL) return s;
+    out->resize(static_cast<size_t>(count));
+    s = kt_tokenize(model, text.data(), text.size(), add_special, parse_special, out->data(), count, &count);
+    out->resize(s == KT_STATUS_OK ? static_cast<size_t>(count) : 0);
+    return s;
+}
+
+// The text of `ids` (special tokens omitted, nothing removed), as kt_detokenize gives it.
+inline kt_status detokenize(const kt_model *model, const std::vector<int32_t> &ids, std::string *out) {
+    int64_t length = 0;
+    const int64_t n = static_cast<int64_t>(ids.size());
+    kt_status s = kt_detokenize(model, ids.data(), n, 0, 0, nullptr, 0, &length);
+    if (s != KT_STATUS_OK && s != KT_STATUS_BUFFER_TOO_SMALL) return s;
+    out->assign(static_cast<size_t>(length) + 1, '\0');
+    s = kt_detokenize(model, ids.data(), n, 0, 0, out->data(), static_cast<int64_t>(out->size()), &length);
+    out->resize(s == KT_STATUS_OK ? static_cast<size_t>(length) : 0);
+    return s;
+}
+
+// Generated tokens as text: the detokenizer holds back an incomplete UTF-8 character until it is whole, and the
+// buffer grows when a piece needs more room.
+class TextPieces {
+public:
+    explicit TextPieces(kt_detokenizer *detokenizer) : detokenizer_(detokenizer) {}
+
+    // Pushes a token (token < 0: flushes what is held back) and appends the text it completes to *out.
+    kt_status push(int32_t token, std::string *out) {
         int64_t n = 0;
         kt_status s = KT_STATUS_BUFFER_TOO_SMALL;
         for (int attempt = 0; attempt < 2 && s == KT_STATUS_BUFFER_TOO_SMALL; ++attempt) {
@@ -107,13 +148,30 @@ public:
             s = token >= 0 ? kt_detokenizer_push(detokenizer_, token, buf_.data(), capacity, &n)
                            : kt_detokenizer_flush(detokenizer_, buf_.data(), capacity, &n);
         }
-        if (s == KT_STATUS_OK) std::fwrite(buf_.data(), 1, static_cast<size_t>(n), stdout);
-        std::fflush(stdout);
+        if (s == KT_STATUS_OK) out->append(buf_.data(), static_cast<size_t>(n));
+        return s;
     }
 
 private:
     kt_detokenizer *detokenizer_;
     std::vector<char> buf_ = std::vector<char>(256);
+};
+
+// Writes generated tokens to stdout as text.
+class TextStream {
+public:
+    explicit TextStream(kt_detokenizer *detokenizer) : pieces_(detokenizer) {}
+
+    // Pushes a token (token < 0: flushes what is held back) and prints the text it completes.
+    void push(int32_t token) {
+        text_.clear();
+        if (pieces_.push(token, &text_) == KT_STATUS_OK) std::fwrite(text_.data(), 1, text_.size(), stdout);
+        std::fflush(stdout);
+    }
+
+private:
+    TextPieces pieces_;
+    std::string text_;
 };
 
 }  // namespace kt_cli

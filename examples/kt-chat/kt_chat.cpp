@@ -52,43 +52,11 @@ struct Message {
     std::string role, content;
 };
 
-// ---------------------------------------------------------------------------------------------------------------
-// The kt calls that fill caller buffers negotiate their size: ask, grow, ask again.
-
 kt_status render(const kt_model *model, const std::vector<Message> &messages, const kt_chat_params &params,
                  std::string *out) {
     std::vector<kt_chat_message> turns;
     for (const Message &m : messages) turns.push_back({m.role.c_str(), m.content.c_str()});
-    int64_t length = 0;
-    kt_status s = kt_chat_apply_template(model, turns.data(), static_cast<int64_t>(turns.size()), &params, nullptr, 0,
-                                         &length);
-    if (s != KT_STATUS_OK && s != KT_STATUS_BUFFER_TOO_SMALL) return s;
-    out->assign(static_cast<size_t>(length) + 1, '\0');
-    s = kt_chat_apply_template(model, turns.data(), static_cast<int64_t>(turns.size()), &params, out->data(),
-                               static_cast<int64_t>(out->size()), &length);
-    out->resize(static_cast<size_t>(length));
-    return s;
-}
-
-kt_status tokenize(const kt_model *model, const std::string &text, bool add_special, std::vector<int32_t> *out) {
-    int64_t count = 0;
-    kt_status s = kt_tokenize(model, text.data(), static_cast<int64_t>(text.size()), add_special, 1, nullptr, 0, &count);
-    if (s != KT_STATUS_OK && s != KT_STATUS_BUFFER_TOO_SMALL) return s;
-    out->resize(static_cast<size_t>(count));
-    s = kt_tokenize(model, text.data(), static_cast<int64_t>(text.size()), add_special, 1, out->data(), count, &count);
-    out->resize(static_cast<size_t>(count));
-    return s;
-}
-
-kt_status detokenize(const kt_model *model, const std::vector<int32_t> &ids, std::string *out) {
-    int64_t length = 0;
-    kt_status s = kt_detokenize(model, ids.data(), static_cast<int64_t>(ids.size()), 0, 0, nullptr, 0, &length);
-    if (s != KT_STATUS_OK && s != KT_STATUS_BUFFER_TOO_SMALL) return s;
-    out->assign(static_cast<size_t>(length) + 1, '\0');  // + the NUL kt writes
-    s = kt_detokenize(model, ids.data(), static_cast<int64_t>(ids.size()), 0, 0, out->data(),
-                      static_cast<int64_t>(out->size()), &length);
-    out->resize(static_cast<size_t>(length));
-    return s;
+    return kt_cli::render_chat(model, turns, params, out);
 }
 
 int32_t on_token(int32_t token, void *user_data) {
@@ -230,7 +198,7 @@ int main(int argc, char **argv) {
         std::string prompt;
         std::vector<int32_t> tokens;
         if (render(model, messages, chat, &prompt) != KT_STATUS_OK ||
-            tokenize(model, prompt, true, &tokens) != KT_STATUS_OK) {
+            kt_cli::tokenize(model, prompt, true, true, &tokens) != KT_STATUS_OK) {
             status = fail("prompt", kt_model_last_error(model));
             break;
         }
@@ -241,7 +209,7 @@ int main(int argc, char **argv) {
             std::fprintf(stderr, "(the conversation no longer fits in %" PRId64 " positions: history dropped)\n", n_ctx);
             messages.erase(messages.begin() + (system_prompt.empty() ? 0 : 1), messages.end() - 1);
             if (render(model, messages, chat, &prompt) != KT_STATUS_OK ||
-                tokenize(model, prompt, true, &tokens) != KT_STATUS_OK) {
+                kt_cli::tokenize(model, prompt, true, true, &tokens) != KT_STATUS_OK) {
                 status = fail("prompt", kt_model_last_error(model));
                 break;
             }
@@ -287,7 +255,7 @@ int main(int argc, char **argv) {
         cached.insert(cached.end(), reply.begin(), reply.end());
 
         std::string reply_text;
-        if (detokenize(model, reply, &reply_text) != KT_STATUS_OK) {
+        if (kt_cli::detokenize(model, reply, &reply_text) != KT_STATUS_OK) {
             status = fail("detokenize", kt_model_last_error(model));
             break;
         }

@@ -58,6 +58,10 @@ MIN_ROUTE_GAP = 0.002  # k-th minus (k+1)-th router logit at every position, eve
 PARITY_CHUNKS = 2      # held-out chunks the CI test scores (each context_length - 1 tokens)
 MIN_PROMPTS = 4
 MIN_STABLE = 8         # a prompt is kept when at least this many continuation tokens are well conditioned
+# The chat template kt-chat and kt-server use (tokenizer.chat_template); set_chat_template.py writes the same key
+# into the committed files.
+with open(os.path.join(HERE, "chat_template.jinja"), encoding="utf-8") as _f:
+    CHAT_TEMPLATE = _f.read()
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -99,6 +103,7 @@ def metadata(c: Config, tok, file_type, description):
         ("tokenizer.ggml.padding_token_id", "u32", tok.specials["<|endoftext|>"]),
         ("tokenizer.ggml.add_bos_token", "bool", True),
         ("tokenizer.ggml.add_eos_token", "bool", False),
+        ("tokenizer.chat_template", "str", CHAT_TEMPLATE),
     ]
 
 

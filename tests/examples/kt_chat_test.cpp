@@ -59,20 +59,40 @@ TEST_CASE("kt-chat: a two-turn conversation with a synthetic model and Qwen3's c
     CHECK(std::count(chat.out.begin(), chat.out.end(), '\n') >= 2);
 }
 
+TEST_CASE("kt-chat: the shipped model chats with no flags, through the template it carries") {
+    const auto chat = kt::test::run_program(std::string(KT_CHAT_EXE) + " -m '" + KT_TINY_MOE_Q8 + "' -v --greedy -n 12",
+                                            "And God said\n/reset\nThus saith the LORD\n");
+    INFO("stdout: " << chat.out << "\nstderr: " << chat.err);
+    REQUIRE(chat.exit_code == 0);
+    // Its template puts each turn's text on a line of its own: BOS, "And", " God", " said", "\n" (the ids of
+    // the training script's tokenizer, tests/e2e/data/kt_tiny_moe_expected.txt, plus the newline byte).
+    CHECK(turn_line(chat.err, 1).prompt == 5);
+    CHECK(chat.err.find("(new conversation)") != std::string::npos);
+    CHECK(turn_line(chat.err, 2).reused >= 0);
+    CHECK(chat.out.size() > 10);
+}
+
 TEST_CASE("kt-chat: a model without a chat template needs --template, then works with a built-in family") {
-    const std::string model = KT_TINY_MOE_Q8;
+    kt::test::TempDir dir;
+    const std::string model = dir.file("plain.gguf");
+    // LLaMA 2's SentencePiece vocabulary carries no chat template.
+    const auto synth = kt::test::run_program(std::string(KT_SYNTH_EXE) + " -o '" + model +
+                                             "' --arch llama --layers 1 --hidden 64 --heads 4 --heads-kv 2 "
+                                             "--head-dim 16 --ff 64 --type q8_0 --vocab-from '" +
+                                             kt::test::testdata_path("tokenizer/llama2-spm.gguf") + "'");
+    INFO(synth.err);
+    REQUIRE(synth.exit_code == 0);
     const auto refused = kt::test::run_program(std::string(KT_CHAT_EXE) + " -m '" + model + "' --greedy -n 4", "Hi\n");
     CHECK(refused.exit_code == 1);
     CHECK(refused.err.find("chat template") != std::string::npos);
 
     const auto chat = kt::test::run_program(std::string(KT_CHAT_EXE) + " -m '" + model +
-                                                "' --template chatml -v --greedy -n 12",
-                                            "And God said\n/reset\nThus saith the LORD\n");
+                                                "' --template chatml -v --greedy -n 4",
+                                            "Hello\n/reset\nAgain\n");
     INFO("stdout: " << chat.out << "\nstderr: " << chat.err);
     REQUIRE(chat.exit_code == 0);
     CHECK(chat.err.find("(new conversation)") != std::string::npos);
-    CHECK(turn_line(chat.err, 2).reused >= 0);
-    CHECK(chat.out.size() > 10);
+    CHECK(turn_line(chat.err, 2).prompt > 0);
 }
 
 TEST_CASE("kt-chat: usage errors exit with 2") {

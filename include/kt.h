@@ -414,7 +414,8 @@ KT_API kt_status kt_gguf_writer_expected_tensors(const kt_gguf_writer *writer, k
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Contexts: running a model. A context holds one token sequence (its KV cache), the logits of its last decode  */
 /* and a sampler. Architectures: llama (dense and Mixtral-style MoE), qwen2, qwen3, qwen2moe, qwen3moe,        */
-/* deepseek2 (MLA).                                                                                             */
+/* deepseek2 (DeepSeek-V2/V3/R1, Kimi-K2: MLA, also lite and legacy attn_kv_b files), glm4moe (GLM-4.5/4.6),     */
+/* gpt-oss.                                                                                                     */
 /*                                                                                                              */
 /* Thread-safety: a context is used by one thread at a time. Any number of contexts may share one kt_model; the */
 /* model must outlive them. The first context of a model prepares its weights for the kernels (binding every    */
@@ -428,8 +429,8 @@ typedef struct kt_context kt_context;
 typedef int32_t (*kt_abort_callback)(void *user_data);
 
 #define KT_KERNELS_AUTO 0       /* the expert engine's kernels for the best ISA this CPU allows: weights kept in their
-                                   GGUF format where a kernel reads it (Q4_0 Q8_0 Q4_K Q5_K Q6_K IQ4_XS BF16), F32/F16
-                                   as BF16, other formats as Q8_0; activations quantized to int8 per token */
+                                   GGUF format where a kernel reads it (Q4_0 Q8_0 Q4_K Q5_K Q6_K IQ4_XS MXFP4 BF16),
+                                   F32/F16 as BF16, other formats as Q8_0; activations quantized to int8 per token */
 #define KT_KERNELS_REFERENCE 1  /* exact dequantization and f32 arithmetic everywhere: slow; for validation (it
                                    reproduces llama.cpp's f32 logits to ~1e-6) */
 
@@ -464,6 +465,12 @@ KT_API int64_t kt_context_n_vocab(const kt_context *context);
 KT_API int32_t kt_context_n_threads(const kt_context *context);
 KT_API int64_t kt_context_n_ctx(const kt_context *context);
 KT_API int64_t kt_context_n_past(const kt_context *context);
+
+/* The KV cache's size: *out_bytes (may be NULL) all of it, *out_bytes_per_position (may be NULL) what one position
+ * of context takes over all layers (the keys and values as the cache stores them: deepseek2's latent and shared
+ * RoPE key, once for keys and values; every position also for sliding-window layers). KT_STATUS_INVALID_ARGUMENT
+ * for a NULL context. */
+KT_API kt_status kt_context_kv_size(const kt_context *context, uint64_t *out_bytes, uint64_t *out_bytes_per_position);
 
 #define KT_LOGITS_NONE 0  /* keep no logits (e.g. a prompt you will extend before sampling) */
 #define KT_LOGITS_LAST 1  /* the last token's logits only (what sampling needs) */
@@ -629,8 +636,9 @@ KT_API const char *kt_isa_name(int32_t level);
 typedef struct kt_expert_pool kt_expert_pool;
 
 /* Weight formats. */
-#define KT_EXPERT_WEIGHTS_AS_SOURCE 0 /* keep the source's quantization: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS and BF16
-                                          are computed as stored; other GGUF types become Q8_0, F32/F16 become BF16 */
+#define KT_EXPERT_WEIGHTS_AS_SOURCE 0 /* keep the source's quantization: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS, MXFP4
+                                          and BF16 are computed as stored; other GGUF types become Q8_0, F32/F16 become
+                                          BF16 */
 #define KT_EXPERT_WEIGHTS_INT8 1      /* int8, one scale per output channel */
 #define KT_EXPERT_WEIGHTS_INT4 2      /* int4, one scale per group of int4_group_size values along the input */
 #define KT_EXPERT_WEIGHTS_BF16 3

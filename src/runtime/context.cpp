@@ -138,8 +138,9 @@ Status Context::generate(const int32_t *prompt, int64_t n_prompt, const Generate
     return Status::ok();
 }
 
-Status Context::attention(int64_t layer, const float *q, const float *k, const float *v, float *out) {
-    cache_.attend(layer, batch_->positions[0], batch_->n_tokens, q, k, v, out, *pool_);
+Status Context::attention(int64_t layer, const float *q, const float *k, const float *v,
+                          const model::AttentionMask &mask, float *out) {
+    cache_.attend(layer, batch_->positions[0], batch_->n_tokens, q, k, v, mask.window, mask.sinks, out, *pool_);
     return Status::ok();
 }
 

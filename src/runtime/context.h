@@ -57,6 +57,7 @@ public:
     int64_t n_past() const { return n_past_; }
     int64_t n_vocab() const { return model_->hp.n_vocab; }
     uint64_t kv_bytes() const { return cache_.bytes(); }
+    uint64_t kv_bytes_per_position() const { return cache_.bytes_per_position(); }
 
     // Appends tokens at positions n_past.. and runs them through the model. KT_STATUS_CONTEXT_FULL when they do
     // not fit (nothing is done), KT_STATUS_CANCELLED when should_abort fired (the sequence is unchanged).
@@ -83,7 +84,8 @@ public:
     // ForwardHost
     model::Scratch &scratch() override { return scratch_; }
     ThreadPool &pool() override { return *pool_; }
-    Status attention(int64_t layer, const float *q, const float *k, const float *v, float *out) override;
+    Status attention(int64_t layer, const float *q, const float *k, const float *v, const model::AttentionMask &mask,
+                     float *out) override;
     void enter(model::Phase phase) override;
     Status layer_done(int64_t layer) override;
 

@@ -207,3 +207,5 @@ TEST_CASE("golden logits: qwen3") { check_model("qwen3", {"q8_0"}); }
 TEST_CASE("golden logits: qwen2moe") { check_model("qwen2moe", {"q8_0"}); }
 TEST_CASE("golden logits: qwen3moe") { check_model("qwen3moe", {"q8_0", "q4_k_m"}); }
 TEST_CASE("golden logits: deepseek2") { check_model("deepseek2", {"q8_0"}); }
+TEST_CASE("golden logits: glm4moe") { check_model("glm4moe", {"q8_0"}); }
+TEST_CASE("golden logits: gpt-oss") { check_model("gpt-oss", {"q8_0", "mxfp4_moe"}); }

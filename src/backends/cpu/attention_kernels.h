@@ -5,8 +5,9 @@
 // one tile row is 16 positions of one head dimension and Q·Kᵀ is a small GEMM with the 16 positions in a vector
 // register; values as rows [position][Dv]. Elements are f32, f16 or bf16, converted to f32 once per tile.
 //
-// Computation, per row r with `visible[r]` positions (the causal limit): flash-style online softmax in f32 over the
-// tiles (running max m, sum l, output o rescaled when m grows), then o / l. exp is kt's own polynomial (a few ulp),
+// Computation, per row r with `visible[r]` positions (the causal limit; with a window only the last `window` of
+// them): flash-style online softmax in f32 over the tiles (running max m, sum l, output o rescaled when m grows),
+// then, with a sink logit s, m' = max(m, s), l = l·e^(m - m') + e^(s - m') and o rescaled, and finally o / l. exp is kt's own polynomial (a few ulp),
 // so the result matches a two-pass softmax to ~1e-6 relative, not bit for bit.
 #pragma once
 
@@ -24,11 +25,14 @@ enum class KvElem : int32_t { kF32 = 0, kF16 = 1, kBf16 = 2 };
 struct AttentionArgs {
     KvElem elem = KvElem::kF16;
     const void *k_tiles = nullptr;  // this KV head's keys: [ceil(n/16)][dk][16] elements
-    const void *v_rows = nullptr;   // [n][dv]
+    const void *v_rows = nullptr;   // [n][dv]; unused when v_in_k >= 0
+    int64_t v_in_k = -1;            // >= 0: value = key dims [v_in_k, v_in_k + dv) (an MLA latent stored once)
     int64_t dk = 0, dv = 0;
     const float *q = nullptr;       // [rows][dk], contiguous
     int64_t rows = 0;
     const int32_t *visible = nullptr;  // [rows]: row r attends to positions [0, visible[r]), visible[r] >= 1
+    int32_t window = 0;             // > 0: row r attends to [max(0, visible[r] - window), visible[r]) only
+    const float *sinks = nullptr;   // [rows] or null: one more logit per row in the softmax denominator
     float scale = 1.0f;             // applied to q·k before the softmax
     float *out = nullptr;           // [rows][dv]
     float *scratch = nullptr;       // attention_scratch_floats(rows, dk, dv) floats, 64-byte aligned

@@ -1,4 +1,4 @@
-// deepseek2 layouts the shared golden set lacks, checked against the float64 oracle (tests/support/forward_f64,
+// Layouts the shared golden set lacks. deepseek2's are checked against the float64 oracle (tests/support/forward_f64,
 // itself checked against llama.cpp by kt_golden_oracle) with the README's tiers:
 //   - lite, as DeepSeek-V2-Lite ships: attn_q instead of the q LoRA, softmax gating without groups or bias, no
 //     renormalisation, two shared experts, YaRN with yarn_log_multiplier 0.0707 (mscale_all_dim 0.707);
@@ -6,6 +6,8 @@
 //     give the logits of the same weights in the MLA layout (tier A) with the same latent-only KV cache.
 // Token sequences are drawn until every routing gap is at least 0.01 (router logits), the README's rule, so that a
 // correct implementation never picks other experts than the oracle.
+// glm4moe with a NextN block, as GLM-4.5/4.6 ship: its tensors are skipped and the logits are those of the model
+// without it.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -236,4 +238,48 @@ TEST_CASE("deepseek2 legacy attn_kv_b: split at load, the MLA layout's logits (t
         CHECK(legacy_kv == static_cast<uint64_t>(kLayers * (kLora + kRope) * 4));
         if (kv_b_type == KT_TYPE_F32) check_tiers("deepseek2 legacy", legacy.model, tokens, oracle.forward(tokens));
     }
+}
+
+TEST_CASE("glm4moe: the NextN block GLM-4.5/4.6 ship is loaded but never computed") {
+    kt::test::TempDir dir;
+    auto glm = [](int64_t nextn) {
+        TinyModel m;
+        m.arch = "glm4moe";
+        m.n_vocab = 96;
+        m.n_embd = 64;
+        m.n_layer = 2 + nextn;  // block_count counts the NextN block
+        m.n_head = 4;
+        m.n_head_kv = 2;
+        m.head_dim = 32;
+        m.n_ff = 64;
+        m.n_expert = 8;
+        m.n_expert_used = 2;
+        m.keys = {{"glm4moe.nextn_predict_layers", Value::u32(static_cast<uint32_t>(nextn))},
+                  {"glm4moe.rope.dimension_count", Value::u32(16)},
+                  {"glm4moe.leading_dense_block_count", Value::u32(1)},
+                  {"glm4moe.expert_shared_count", Value::u32(1)}};
+        if (nextn > 0)  // llama.cpp's NextN tensors, and a block's worth of the usual ones
+            m.extra_tensors = {{"blk.2.nextn.eh_proj.weight", {128, 64}}, {"blk.2.nextn.enorm.weight", {64}},
+                               {"blk.2.nextn.hnorm.weight", {64}},      {"blk.2.attn_norm.weight", {64}},
+                               {"blk.2.attn_q.weight", {64, 128}},      {"blk.2.ffn_gate_exps.weight", {64, 32, 8}}};
+        return kt::test::write_tiny_model(m);
+    };
+    kt::test::write_file(dir.file("plain.gguf"), glm(0));
+    kt::test::write_file(dir.file("nextn.gguf"), glm(1));
+    ModelFile plain(dir.file("plain.gguf")), with_nextn(dir.file("nextn.gguf"));
+    const std::vector<int32_t> tokens = {1, 5, 9, 17, 33, 65, 2, 4, 8, 16, 32, 64};
+    const std::vector<float> a = kt_logits(plain.model, tokens, KT_KERNELS_REFERENCE, KT_TYPE_F32);
+    const std::vector<float> b = kt_logits(with_nextn.model, tokens, KT_KERNELS_REFERENCE, KT_TYPE_F32);
+    CHECK(a == b);
+    // A tensor of the computed layers that the architecture does not know is still refused.
+    TinyModel odd;
+    odd.arch = "glm4moe";
+    odd.keys = {{"glm4moe.rope.dimension_count", Value::u32(4)}};
+    odd.extra_tensors = {{"blk.1.nextn.eh_proj.weight", {64, 32}}};
+    kt::test::write_file(dir.file("odd.gguf"), kt::test::write_tiny_model(odd));
+    ModelFile odd_model(dir.file("odd.gguf"));
+    kt_context *ctx = nullptr;
+    kt_error err = {sizeof(kt_error), 0, {0}};
+    CHECK(kt_context_create(odd_model.model, nullptr, &ctx, &err) == KT_STATUS_UNSUPPORTED);
+    CHECK(std::string(err.message).find("blk.1.nextn.eh_proj.weight") != std::string::npos);
 }

@@ -771,11 +771,12 @@ KT_API kt_status kt_expert_pool_get_info(const kt_expert_pool *pool, kt_expert_p
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Tokenizer: text to token ids and back with the model's own vocabulary (the GGUF tokenizer.ggml.* keys).       */
 /*                                                                                                                */
-/* Byte-level BPE ("gpt2": Qwen, Llama 3, DeepSeek V3, GPT-2 and "default" pre-tokenizers) and SentencePiece       */
-/* ("llama": LLaMA 1/2, Mistral) are implemented; the ids agree with llama.cpp's. The tokenizer is built from the   */
-/* model's metadata on first use and kept in the model; every function here is safe to call from several threads  */
-/* on one model (the first use builds it exactly once). A vocabulary that is malformed (arrays of different        */
-/* lengths or wrong element types, special ids outside the vocabulary, bad merges or byte tokens) gives            */
+/* Byte-level BPE ("gpt2": Qwen, Llama 3, DeepSeek V3, GLM-4 ("glm4"), gpt-oss ("gpt-4o"), GPT-2 and "default"  */
+/* pre-tokenizers) and SentencePiece ("llama": LLaMA 1/2, Mistral) are implemented; the ids agree with llama.cpp's */
+/* (glm4 and gpt-4o follow llama.cpp's patterns but are checked on hand-derived splits only). The tokenizer is    */
+/* built from the model's metadata on first use and kept in the model; every function here is safe to call from   */
+/* several threads on one model (the first use builds it exactly once). A vocabulary that is malformed (arrays of  */
+/* different lengths or wrong element types, special ids outside the vocabulary, bad merges or byte tokens) gives  */
 /* KT_STATUS_INVALID_FILE naming the key and index; a model without a tokenizer KT_STATUS_NOT_FOUND; a tokenizer    */
 /* model or pre-tokenizer kt does not implement KT_STATUS_UNSUPPORTED. Messages go to kt_model_last_error.         */
 /*                                                                                                                */
@@ -893,7 +894,8 @@ typedef struct kt_chat_params {
     uint32_t struct_size;            /* sizeof(kt_chat_params) */
     int32_t add_generation_prompt;   /* default 1: end with the header that starts the assistant's reply */
     const char *template_name;       /* default NULL: the model's tokenizer.chat_template. Otherwise a built-in
-                                        family ("chatml", "llama3", "deepseek3", "mistral") or the name of a
+                                        family ("chatml", "llama3", "deepseek3", "mistral", "glm4" for GLM-4.5/4.6,
+                                        "harmony" for gpt-oss) or the name of a
                                         template the model carries (tokenizer.chat_template.<name>) */
     const char *template_source;     /* default NULL; a Jinja template that overrides the two above */
     const char *extra_context_json;  /* default NULL; a JSON object of further template variables, e.g.

@@ -75,6 +75,27 @@ void leading_dense_or_moe(const Model &m, int64_t layer, ForwardHost &host, cons
     }
 }
 
+Status attention_moe_forward(const Model &m, const Batch &b, ForwardHost &host, AttentionBlock attention) {
+    const HParams &hp = m.hp;
+    Scratch &s = host.scratch();
+    const int64_t T = b.n_tokens, E = hp.n_embd;
+    float *x = s.x.data(), *h = s.h.data(), *f = s.ffn_out.data();
+
+    begin_batch(m, b, host);                                                  // x [T, E]
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+        host.enter(Phase::kAttention);
+        ops::rms_norm(x, m.w.layers[il].attn_norm.data(), T, E, hp.rms_eps, h);  // h [T, E]
+        KT_TRY(attention(m, il, b, host, h, h));
+        ops::add_inplace(x, h, T * E);
+
+        leading_dense_or_moe(m, il, host, x, T, f);                           // f [T, E]
+        ops::add_inplace(x, f, T * E);
+        KT_TRY(host.layer_done(il));
+    }
+    output_head(m, b, host);                                                  // logits [n_outputs, V]
+    return Status::ok();
+}
+
 void output_head(const Model &m, const Batch &b, ForwardHost &host) {
     if (b.n_outputs == 0) return;
     host.enter(Phase::kHead);

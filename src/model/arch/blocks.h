@@ -40,6 +40,17 @@ void moe_ffn(const LayerWeights &L, const ops::RoutingParams &routing, const flo
 void leading_dense_or_moe(const Model &m, int64_t layer, ForwardHost &host, const float *x, int64_t n_tokens,
                           float *out);
 
+// One attention sub-block of a family, h [T, E] -> out [T, E] (out may alias h), e.g. self_attention with the
+// layer's mask, or deepseek2's MLA.
+using AttentionBlock = Status (*)(const Model &m, int64_t layer, const Batch &b, ForwardHost &host, const float *h,
+                                  float *out);
+
+// The whole graph of deepseek2, glm4moe and gpt-oss:
+//   x = token_embd[tokens]
+//   per layer: x += attention(RMSNorm(x) · attn_norm); x += leading_dense_or_moe(x)
+//   logits = output_head(x)
+Status attention_moe_forward(const Model &m, const Batch &b, ForwardHost &host, AttentionBlock attention);
+
 // logits [n_outputs, V] = W_out RMSNorm(x) for the last n_outputs rows of the residual stream.
 void output_head(const Model &m, const Batch &b, ForwardHost &host);
 

@@ -67,35 +67,16 @@ void for_each_tensor(const HParams &hp, Weights &w, TensorTable &t) {
     }
 }
 
-Status forward(const Model &m, const Batch &b, ForwardHost &host) {
-    const HParams &hp = m.hp;
-    Scratch &s = host.scratch();
-    const int64_t T = b.n_tokens, E = hp.n_embd;
-    float *x = s.x.data(), *h = s.h.data(), *f = s.ffn_out.data();
-    const ops::RoutingParams routing{.gating = ops::Gating::kSoftmaxWeight, .n_expert = hp.n_expert,
-                                     .k = hp.n_expert_used};
-
-    begin_batch(m, b, host);                                                  // x [T, E]
-    for (int64_t il = 0; il < hp.n_layer; ++il) {
-        const LayerWeights &L = m.w.layers[il];
-
-        host.enter(Phase::kAttention);
-        ops::rms_norm(x, L.attn_norm.data(), T, E, hp.rms_eps, h);           // h [T, E]
-        AttentionMask mask;
-        mask.window = sliding(hp, il) ? hp.n_swa : 0;
-        mask.sinks = L.attn_sinks.data();
-        KT_TRY(self_attention(m, il, b, host, h, h, mask));
-        ops::add_inplace(x, h, T * E);
-
-        host.enter(Phase::kExperts);
-        ops::rms_norm(x, L.ffn_norm.data(), T, E, hp.rms_eps, h);
-        moe_ffn(L, routing, h, T, host, f);                                   // f [T, E]
-        ops::add_inplace(x, f, T * E);
-        KT_TRY(host.layer_done(il));
-    }
-    output_head(m, b, host);                                                  // logits [n_outputs, V]
-    return Status::ok();
+// Sliding window on the SWA layers, the layer's sinks on all.
+Status attention(const Model &m, int64_t layer, const Batch &b, ForwardHost &host, const float *h, float *out) {
+    AttentionMask mask;
+    mask.window = sliding(m.hp, layer) ? m.hp.n_swa : 0;
+    mask.sinks = m.w.layers[layer].attn_sinks.data();
+    return self_attention(m, layer, b, host, h, out, mask);
 }
+
+// The MoE is leading_dense_or_moe's with no dense layers, no shared expert and kSoftmaxWeight routing.
+Status forward(const Model &m, const Batch &b, ForwardHost &host) { return attention_moe_forward(m, b, host, attention); }
 
 }  // namespace
 

@@ -264,7 +264,7 @@ TEST_CASE("chat: the glm4 family (GLM-4.5 / 4.6) with GLM's special tokens") {
     CHECK(std::string(v.text(ids.back())) == "<|assistant|>");
 }
 
-TEST_CASE("chat: the harmony family (gpt-oss) with gpt-oss's special tokens; <|end|> does not end generation") {
+TEST_CASE("chat: the harmony family (gpt-oss) with gpt-oss's special tokens, and <|end|> does not end generation") {
     const Loaded o = load("models/gpt-oss.f32.gguf");
     ChatOptions harmony;
     harmony.template_name = "harmony";

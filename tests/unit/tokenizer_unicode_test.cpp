@@ -180,6 +180,7 @@ TEST_CASE("GPT4O pre-tokenizer (gpt-oss): case runs with contractions attached, 
     CHECK(split(p, "path/to\n/x") == V{"path", "/to", "\n", "/x"});
     CHECK(split(p, "x +/\n/") == V{"x", " +/\n/"});                // newlines and slashes end a symbol run
     CHECK(split(p, "  hi") == V{" ", " hi"});
+    CHECK(split(p, "it'") == V{"it", "'"});                        // a lone apostrophe at the end: no contraction
     // llama.cpp's adaptation: non-ASCII letters count as both cases, so an accented capital stands alone before
     // ASCII capitals, and joins ASCII lower case.
     CHECK(split(p, "\xc3\x89" "COLE \xc3\xa9" "cole") == V{"\xc3\x89", "COLE", " \xc3\xa9" "cole"});

@@ -56,7 +56,7 @@ size_t match_space_tail(const Text &t, size_t pos, size_t end) {
 
 // (?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD]) (case-insensitive for LLAMA3/QWEN2, exact for GPT-2)
 size_t match_contraction(const Text &t, size_t pos, size_t end, bool ignore_case) {
-    if (t.cpt[pos] != '\'' || pos + 1 >= end) return 0;
+    if (pos + 1 >= end || t.cpt[pos] != '\'') return 0;  // GPT4O asks at the piece end too
     const auto at = [&](size_t i) { return ignore_case ? ascii_lower(t.cpt[i]) : t.cpt[i]; };
     const uint32_t c1 = at(pos + 1);
     if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return 2;

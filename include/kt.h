@@ -159,6 +159,7 @@ KT_API void kt_log_set(kt_log_callback callback, void *user_data, int32_t max_le
 #define KT_TYPE_I64 27
 #define KT_TYPE_F64 28
 #define KT_TYPE_BF16 30
+#define KT_TYPE_MXFP4 39   /* OCP MX FP4 (gpt-oss experts): 32 e2m1 values sharing one E8M0 power-of-two scale */
 
 /* "Q4_K", or NULL for a type kt does not know. */
 KT_API const char *kt_type_name(int32_t type);
@@ -289,7 +290,7 @@ KT_API kt_status kt_model_tensor_read_f32(const kt_model *model, int64_t index, 
  * not logged). */
 
 /* 1 if kt_quantize can produce the type, else 0: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K,
- * Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS. */
+ * Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS, MXFP4. */
 KT_API int32_t kt_type_can_quantize(int32_t type);
 /* 1 if kt_dequantize (and kt_model_tensor_read_f32) can read the type, else 0: every type above plus I8, I16, I32,
  * I64 and F64 (converted to the nearest float). */
@@ -303,6 +304,10 @@ KT_API int32_t kt_type_can_dequantize(int32_t type);
  * How each type is produced:
  *   - Q8_0, Q8_1, Q8_K (the activation formats of dot-product kernels), Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, F16, BF16:
  *     ggml's reference rules, byte for byte (tests compare with llama.cpp's output).
+ *   - MXFP4: per block of 32 the power-of-two scale (of the two that can hold the block's largest |x|, or clip it)
+ *     whose nearest-value encoding has the smaller squared error; never less accurate than ggml's reference rule
+ *     (relative RMS error on N(0,1) data 0.112; ggml's rule 0.127). A value equally near two codes takes the smaller
+ *     magnitude.
  *   - Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS: kt's own least-squares search, at least as accurate as llama.cpp's
  *     reference quantizer without an importance matrix (relative RMS error on N(0,1) data: Q2_K 0.26, Q3_K 0.144,
  *     Q4_K 0.070, Q5_K 0.034, Q6_K 0.016, IQ4_XS 0.075), but not the same bytes. Slow: a few million elements
@@ -439,7 +444,8 @@ KT_API kt_status kt_gguf_writer_expected_tensors(const kt_gguf_writer *writer, k
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Contexts: running a model. A context holds one token sequence (its KV cache), the logits of its last decode  */
 /* and a sampler. Architectures: llama (dense and Mixtral-style MoE), qwen2, qwen3, qwen2moe, qwen3moe,        */
-/* deepseek2 (MLA).                                                                                             */
+/* deepseek2 (DeepSeek-V2/V3/R1, Kimi-K2: MLA, also lite and legacy attn_kv_b files), glm4moe (GLM-4.5/4.6),     */
+/* gpt-oss.                                                                                                     */
 /*                                                                                                              */
 /* Thread-safety: a context is used by one thread at a time. Any number of contexts may share one kt_model; the */
 /* model must outlive them. The first context of a model prepares its weights for the kernels (binding every    */
@@ -453,8 +459,8 @@ typedef struct kt_context kt_context;
 typedef int32_t (*kt_abort_callback)(void *user_data);
 
 #define KT_KERNELS_AUTO 0       /* the expert engine's kernels for the best ISA this CPU allows: weights kept in their
-                                   GGUF format where a kernel reads it (Q4_0 Q8_0 Q4_K Q5_K Q6_K IQ4_XS BF16), F32/F16
-                                   as BF16, other formats as Q8_0; activations quantized to int8 per token */
+                                   GGUF format where a kernel reads it (Q4_0 Q8_0 Q4_K Q5_K Q6_K IQ4_XS MXFP4 BF16),
+                                   F32/F16 as BF16, other formats as Q8_0; activations quantized to int8 per token */
 #define KT_KERNELS_REFERENCE 1  /* exact dequantization and f32 arithmetic everywhere: slow; for validation (it
                                    reproduces llama.cpp's f32 logits to ~1e-6) */
 
@@ -489,6 +495,12 @@ KT_API int64_t kt_context_n_vocab(const kt_context *context);
 KT_API int32_t kt_context_n_threads(const kt_context *context);
 KT_API int64_t kt_context_n_ctx(const kt_context *context);
 KT_API int64_t kt_context_n_past(const kt_context *context);
+
+/* The KV cache's size: *out_bytes (may be NULL) all of it, *out_bytes_per_position (may be NULL) what one position
+ * of context takes over all layers (the keys and values as the cache stores them: deepseek2's latent and shared
+ * RoPE key, once for keys and values; every position also for sliding-window layers). KT_STATUS_INVALID_ARGUMENT
+ * for a NULL context. */
+KT_API kt_status kt_context_kv_size(const kt_context *context, uint64_t *out_bytes, uint64_t *out_bytes_per_position);
 
 #define KT_LOGITS_NONE 0  /* keep no logits (e.g. a prompt you will extend before sampling) */
 #define KT_LOGITS_LAST 1  /* the last token's logits only (what sampling needs) */
@@ -845,8 +857,9 @@ KT_API kt_status kt_get_gemm_counts(kt_gemm_counts *out);
 typedef struct kt_expert_pool kt_expert_pool;
 
 /* Weight formats. */
-#define KT_EXPERT_WEIGHTS_AS_SOURCE 0 /* keep the source's quantization: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS and BF16
-                                          are computed as stored; other GGUF types become Q8_0, F32/F16 become BF16 */
+#define KT_EXPERT_WEIGHTS_AS_SOURCE 0 /* keep the source's quantization: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS, MXFP4
+                                          and BF16 are computed as stored; other GGUF types become Q8_0, F32/F16 become
+                                          BF16 */
 #define KT_EXPERT_WEIGHTS_INT8 1      /* int8, one scale per output channel */
 #define KT_EXPERT_WEIGHTS_INT4 2      /* int4, one scale per group of int4_group_size values along the input */
 #define KT_EXPERT_WEIGHTS_BF16 3
@@ -987,11 +1000,12 @@ KT_API kt_status kt_expert_pool_get_info(const kt_expert_pool *pool, kt_expert_p
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Tokenizer: text to token ids and back with the model's own vocabulary (the GGUF tokenizer.ggml.* keys).       */
 /*                                                                                                                */
-/* Byte-level BPE ("gpt2": Qwen, Llama 3, DeepSeek V3, GPT-2 and "default" pre-tokenizers) and SentencePiece       */
-/* ("llama": LLaMA 1/2, Mistral) are implemented; the ids agree with llama.cpp's. The tokenizer is built from the   */
-/* model's metadata on first use and kept in the model; every function here is safe to call from several threads  */
-/* on one model (the first use builds it exactly once). A vocabulary that is malformed (arrays of different        */
-/* lengths or wrong element types, special ids outside the vocabulary, bad merges or byte tokens) gives            */
+/* Byte-level BPE ("gpt2": Qwen, Llama 3, DeepSeek V3, GLM-4 ("glm4"), gpt-oss ("gpt-4o"), GPT-2 and "default"  */
+/* pre-tokenizers) and SentencePiece ("llama": LLaMA 1/2, Mistral) are implemented; the ids agree with llama.cpp's */
+/* (glm4 and gpt-4o follow llama.cpp's patterns but are checked on hand-derived splits only). The tokenizer is    */
+/* built from the model's metadata on first use and kept in the model; every function here is safe to call from   */
+/* several threads on one model (the first use builds it exactly once). A vocabulary that is malformed (arrays of  */
+/* different lengths or wrong element types, special ids outside the vocabulary, bad merges or byte tokens) gives  */
 /* KT_STATUS_INVALID_FILE naming the key and index; a model without a tokenizer KT_STATUS_NOT_FOUND; a tokenizer    */
 /* model or pre-tokenizer kt does not implement KT_STATUS_UNSUPPORTED. Messages go to kt_model_last_error.         */
 /*                                                                                                                */
@@ -1109,7 +1123,8 @@ typedef struct kt_chat_params {
     uint32_t struct_size;            /* sizeof(kt_chat_params) */
     int32_t add_generation_prompt;   /* default 1: end with the header that starts the assistant's reply */
     const char *template_name;       /* default NULL: the model's tokenizer.chat_template. Otherwise a built-in
-                                        family ("chatml", "llama3", "deepseek3", "mistral") or the name of a
+                                        family ("chatml", "llama3", "deepseek3", "mistral", "glm4" for GLM-4.5/4.6,
+                                        "harmony" for gpt-oss) or the name of a
                                         template the model carries (tokenizer.chat_template.<name>) */
     const char *template_source;     /* default NULL; a Jinja template that overrides the two above */
     const char *extra_context_json;  /* default NULL; a JSON object of further template variables, e.g.

@@ -72,7 +72,7 @@ struct Test {
 struct ModelInfo {
     std::string path, desc;
     uint64_t bytes = 0, params = 0;
-    int64_t n_vocab = 0, n_layer = 0, n_head_kv = 0, head_dim_k = 0, head_dim_v = 0;
+    int64_t n_vocab = 0;
     double bytes_per_token = 0;  // weights read by one decode step (KV cache excluded)
     double expert_bytes = 0;     // all routed-expert tensors
     int64_t n_expert = 0, n_used = 0;
@@ -101,6 +101,7 @@ const char *ftype_name(int64_t ftype) {
         case 25: return "IQ4_NL - 4.5 bpw";
         case 30: return "IQ4_XS - 4.25 bpw";
         case 32: return "BF16";
+        case 38: return "MXFP4 MoE";
         default: return "?";
     }
 }
@@ -120,16 +121,10 @@ ModelInfo describe(kt_model *model, const std::string &path) {
         int64_t v = fallback;
         return kt_model_meta_get_int(model, key.c_str(), &v) == KT_STATUS_OK ? v : fallback;
     };
-    const int64_t n_embd = meta_int(arch + ".embedding_length", 0);
-    const int64_t n_head = meta_int(arch + ".attention.head_count", 1);
     const int64_t n_expert = meta_int(arch + ".expert_count", 0);
     const int64_t n_used = meta_int(arch + ".expert_used_count", 0);
     m.n_expert = n_expert;
     m.n_used = n_used;
-    m.n_layer = meta_int(arch + ".block_count", 0);
-    m.n_head_kv = meta_int(arch + ".attention.head_count_kv", n_head);
-    m.head_dim_k = meta_int(arch + ".attention.key_length", n_head ? n_embd / n_head : 0);
-    m.head_dim_v = meta_int(arch + ".attention.value_length", n_head ? n_embd / n_head : 0);
     m.desc = arch + " ?B " + ftype_name(meta_int("general.file_type", -1));
     if (meta_int("tokenizer.ggml.add_bos_token", 0) != 0) m.bos = static_cast<int32_t>(meta_int("tokenizer.ggml.bos_token_id", -1));
 
@@ -178,6 +173,7 @@ struct Result {
     kt_perf perf{};                // summed over the repetitions
     kt_roofline roofline{};       // measured just before this test
     kt_gemm_counts prompt_counts{}, gen_counts{};  // GEMM work of the prompts and of the generations, all repetitions
+    uint64_t kv_bytes_per_position = 0;  // the context's KV cache per token of context, as kt stores it
     double bound_ts = 0;          // roofline tokens/s for this test (0: not measured)
     std::string ran_on;           // share of multiply-adds per ISA
     double load_before = -1, load_after = -1;  // 1-minute load average (/proc/loadavg), -1 when unknown
@@ -366,6 +362,7 @@ bool run_model(const Options &o, const std::string &path, std::vector<Result> *r
             r.n_batch = o.n_batch;
             r.type_k = o.kv_type == KT_TYPE_F16 ? "f16" : o.kv_type == KT_TYPE_BF16 ? "bf16" : o.kv_type == KT_TYPE_Q8_0 ? "q8_0" : "f32";
             r.test = test;
+            kt_context_kv_size(ctx, nullptr, &r.kv_bytes_per_position);
             r.load_before = kt_cli::load_average();
             // The roofline just before the test: on a shared machine the load moves, and a bound measured minutes
             // earlier would say more about the neighbours than about kt.
@@ -406,8 +403,7 @@ bool run_model(const Options &o, const std::string &path, std::vector<Result> *r
             // generation (see the top of this file).
             if (roofline.read_bytes_per_s > 0 && roofline.int8_ops_per_s > 0) {
                 const double reps = static_cast<double>(o.repetitions);
-                const double kv_bytes_per_pos = static_cast<double>(info.n_layer * info.n_head_kv * (info.head_dim_k + info.head_dim_v)) *
-                                                static_cast<double>(kt_type_block_bytes(o.kv_type)) / static_cast<double>(kt_type_block_size(o.kv_type));
+                const double kv_bytes_per_pos = static_cast<double>(r.kv_bytes_per_position);
                 const double mean_depth = static_cast<double>(test.n_prompt) + static_cast<double>(test.n_gen) / 2.0;
                 const double gen_bytes = static_cast<double>(test.n_gen) * (info.bytes_per_token + kv_bytes_per_pos * mean_depth);
                 const double gen_ops_s = ops_seconds(r.gen_counts, roofline) / reps;
@@ -447,8 +443,10 @@ void print_markdown(const std::vector<Result> &results) {
     for (size_t i = 0; i < results.size(); ++i) {
         const Result &r = results[i];
         if (i == 0 || r.model.path != results[i - 1].model.path)
-            std::printf("%s: %.4g MB read per generated token (+ KV cache), %.4g GOP per prompt token\n",
-                        r.model.path.c_str(), r.model.bytes_per_token / 1e6, 2.0 * r.model.macs_per_token / 1e9);
+            std::printf("%s: %.4g MB read per generated token (+ KV cache: %llu bytes per token of context), %.4g GOP "
+                        "per prompt token\n",
+                        r.model.path.c_str(), r.model.bytes_per_token / 1e6,
+                        static_cast<unsigned long long>(r.kv_bytes_per_position), 2.0 * r.model.macs_per_token / 1e9);
         if (r.roofline.n_threads > 0)
             std::printf("  %-13s roofline with %d threads: read %.1f GB/s (%.0f MiB buffer), int8 dot %.0f GOP/s (%s), "
                         "bf16 %.0f GFLOP/s (%s), AMX int8 %.0f GOP/s, AMX bf16 %.0f GFLOP/s; ran on %s; "
@@ -540,6 +538,7 @@ std::vector<Field> fields(const Result &r) {
         {"roofline_amx_bf16_flops_per_s", num(r.roofline.amx_bf16_flops_per_s), false},
         {"ran_on", r.ran_on, true},
         {"bytes_per_token", num(r.model.bytes_per_token), false},
+        {"kv_bytes_per_position", std::to_string(r.kv_bytes_per_position), false},
         {"ops_per_prompt_token", num(2.0 * r.model.macs_per_token), false},
         {"bound_ts", num(r.bound_ts), false},
         {"bound_fraction", num(r.bound_ts > 0 ? Result::mean(ts) / r.bound_ts : 0.0), false},

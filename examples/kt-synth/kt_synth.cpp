@@ -2,6 +2,8 @@
 // weight type, so tests and benchmarks have realistic models without a download.
 //
 //   kt-synth -o OUT.gguf --preset qwen3-30b-a3b --layers 8 --type q4_k_m
+//   kt-synth -o OUT.gguf --preset gpt-oss-120b --layers 4            (experts MXFP4, the rest Q8_0, as released)
+//   kt-synth -o OUT.gguf --preset deepseek-v3 --layers 4 --legacy-kv-b   (the pre-MLA-split attn_kv_b convention)
 //   kt-synth -o OUT.gguf --arch qwen3 --hidden 1024 --layers 4 --heads 16 --heads-kv 8 --ff 3072 --type q8_0
 //
 // The tensor list comes from kt itself (kt_gguf_writer_expected_tensors: the architecture's own table for these
@@ -12,10 +14,14 @@
 // statistics are those of independent rows; only exact repeats between rows distinguish the result from a fully
 // random model, which matters to nothing but compression.
 //
-// --type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs (every matrix
-// in that type) or q4_k_m (llama-quantize's Q4_K_M mix as far as kt-synth reproduces it: see choose_type). Norms,
-// biases and the router stay F32, as llama-quantize keeps them. A row length the type cannot hold falls back as
-// llama-quantize does (K-quants to Q5_0 / Q5_1 / Q8_0, then F16).
+// --type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, mxfp4 (every
+// matrix in that type), q4_k_m (llama-quantize's Q4_K_M mix as far as kt-synth reproduces it: see choose_type) or
+// mxfp4_moe (llama-quantize's MXFP4_MOE: experts MXFP4, every other matrix Q8_0; gpt-oss's default). Norms,
+// biases, attention sinks and the router stay F32, as llama-quantize keeps them. A row length the type cannot hold
+// falls back as llama-quantize does (K-quants to Q5_0 / Q5_1 / Q8_0, then F16).
+// Presets of families with optional tensors write what the released models have: GLM's attention biases (and
+// q/k norms for GLM-4.5/4.6), gpt-oss's biases and sinks. GLM's NextN block is counted in block_count and
+// nextn_predict_layers as in the released files, but its tensors (which kt skips) are not written.
 // --vocab-from FILE copies the tokenizer.* metadata of another GGUF (its vocabulary size wins).
 #include <algorithm>
 #include <cerrno>
@@ -47,11 +53,17 @@ struct HParams {
     bool sigmoid = false, weights_norm = false;
     double weights_scale = 1.0, yarn_factor = 0.0, yarn_log_mul = 0.0;
     int64_t yarn_orig_ctx = 4096;
+    bool legacy_kv_b = false;      // deepseek2: one attn_kv_b per layer instead of attn_k_b / attn_v_b
+    bool biases = false;           // write the optional attention biases (glm4moe)
+    bool qk_norm = false;          // write the optional per-head q/k norms (glm4moe)
+    int64_t nextn = 0;             // glm4moe: NextN blocks counted after the computed layers
+    int64_t sliding_window = 0;    // gpt-oss
 };
 
 struct Preset {
     const char *name;
     HParams hp;
+    const char *type = "q4_k_m";  // the default --type
 };
 
 // Published configurations (layer count included; override it with --layers).
@@ -66,6 +78,28 @@ const Preset kPresets[] = {
                           0, 512, 64, 128, 1, 2, 1, 1, false, false, 1.0, 40.0, 0.0707, 4096}},
     {"deepseek-v3", {"deepseek2", 61, 7168, 128, 1, 192, 18432, 256, 8, 2048, 0, 129280, 163840, 1e4, 1e-6, false,
                      1536, 512, 64, 128, 3, 1, 8, 4, true, true, 2.5, 40.0, 0.1, 4096}},
+    // Kimi-K2: DeepSeek-V3's graph with 384 experts, one expert group, 64 heads, rope base 50000, YaRN factor 32.
+    {"kimi-k2", {.arch = "deepseek2", .layers = 61, .hidden = 7168, .heads = 64, .heads_kv = 1, .head_dim = 192,
+                 .ff = 18432, .experts = 384, .experts_used = 8, .expert_ff = 2048, .vocab = 163840, .ctx = 131072,
+                 .rope_base = 50000, .eps = 1e-6, .q_lora = 1536, .kv_lora = 512, .rope_dims = 64, .v_head = 128,
+                 .dense_lead = 1, .shared_experts = 1, .sigmoid = true, .weights_norm = true, .weights_scale = 2.827,
+                 .yarn_factor = 32.0, .yarn_log_mul = 0.1}},
+    // GLM-4.5-Air and GLM-4.6: partial RoPE over half of each 128-wide head, attention biases, one NextN block.
+    {"glm-4.5-air", {.arch = "glm4moe", .layers = 46, .hidden = 4096, .heads = 96, .heads_kv = 8, .head_dim = 128,
+                     .ff = 10944, .experts = 128, .experts_used = 8, .expert_ff = 1408, .vocab = 151552, .ctx = 131072,
+                     .rope_base = 1e6, .eps = 1e-5, .rope_dims = 64, .dense_lead = 1, .shared_experts = 1,
+                     .sigmoid = true, .weights_norm = true, .weights_scale = 1.0, .biases = true, .nextn = 1}},
+    {"glm-4.6", {.arch = "glm4moe", .layers = 92, .hidden = 5120, .heads = 96, .heads_kv = 8, .head_dim = 128,
+                 .ff = 12288, .experts = 160, .experts_used = 8, .expert_ff = 1536, .vocab = 151552, .ctx = 202752,
+                 .rope_base = 1e6, .eps = 1e-5, .rope_dims = 64, .dense_lead = 3, .shared_experts = 1, .sigmoid = true,
+                 .weights_norm = true, .weights_scale = 2.5, .biases = true, .qk_norm = true, .nextn = 1}},
+    // gpt-oss: 64-wide heads, every other layer a 128-position sliding window, YaRN factor 32 from 4096.
+    {"gpt-oss-20b", {.arch = "gpt-oss", .layers = 24, .hidden = 2880, .heads = 64, .heads_kv = 8, .head_dim = 64,
+                     .ff = 2880, .experts = 32, .experts_used = 4, .expert_ff = 2880, .vocab = 201088, .ctx = 131072,
+                     .rope_base = 150000, .eps = 1e-5, .yarn_factor = 32.0, .sliding_window = 128}, "mxfp4_moe"},
+    {"gpt-oss-120b", {.arch = "gpt-oss", .layers = 36, .hidden = 2880, .heads = 64, .heads_kv = 8, .head_dim = 64,
+                      .ff = 2880, .experts = 128, .experts_used = 4, .expert_ff = 2880, .vocab = 201088, .ctx = 131072,
+                      .rope_base = 150000, .eps = 1e-5, .yarn_factor = 32.0, .sliding_window = 128}, "mxfp4_moe"},
 };
 
 int usage(const char *message = nullptr) {
@@ -73,15 +107,19 @@ int usage(const char *message = nullptr) {
     std::fprintf(stderr,
                  "usage: kt-synth -o OUT.gguf [--preset NAME | --arch ARCH] [options]\n"
                  "  --preset NAME      qwen3-30b-a3b, qwen3-8b, qwen2.5-7b, qwen1.5-moe-a2.7b, llama3-8b, mixtral-8x7b,\n"
-                 "                     deepseek-v2-lite, deepseek-v3\n"
-                 "  --arch ARCH        llama, qwen2, qwen3, qwen2moe, qwen3moe, deepseek2\n"
+                 "                     deepseek-v2-lite, deepseek-v3, kimi-k2, glm-4.5-air, glm-4.6, gpt-oss-20b,\n"
+                 "                     gpt-oss-120b\n"
+                 "  --arch ARCH        llama, qwen2, qwen3, qwen2moe, qwen3moe, deepseek2, glm4moe, gpt-oss\n"
                  "  --layers N  --hidden N  --heads N  --heads-kv N  --head-dim N  --ff N\n"
                  "  --experts N  --experts-used N  --expert-ff N  --shared-ff N  --vocab N  --ctx N\n"
                  "  --rope-base F  --eps F  --tied | --untied (output head shares token_embd)\n"
                  "  deepseek2: --q-lora N (0: lite)  --kv-lora N  --rope-dims N  --v-head N  --dense-lead N\n"
                  "             --shared-experts N  --groups N  --groups-used N  (--head-dim is qk_nope + rope dims)\n"
-                 "  --type T           f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs,\n"
-                 "                     or q4_k_m (default)\n"
+                 "             --legacy-kv-b (one attn_kv_b per layer, as files converted before the MLA split)\n"
+                 "  glm4moe:   --rope-dims N  --dense-lead N  --shared-experts N  --nextn N  --biases  --qk-norm\n"
+                 "  gpt-oss:   --sliding-window N\n"
+                 "  --type T           f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs mxfp4,\n"
+                 "                     q4_k_m (default) or mxfp4_moe (experts MXFP4, the rest Q8_0; gpt-oss's default)\n"
                  "  --seed N           (default 1)\n"
                  "  --pool-rows N      distinct random rows per tensor (default 4096; 0: every row distinct)\n"
                  "  --vocab-from FILE  copy tokenizer.* metadata from another GGUF\n");
@@ -102,9 +140,12 @@ const TypeName kTypes[] = {
     {"q5_0", KT_TYPE_Q5_0, 8},     {"q5_1", KT_TYPE_Q5_1, 9},     {"q2_k", KT_TYPE_Q2_K, 10},
     {"q3_k", KT_TYPE_Q3_K, 12},    {"q4_k", KT_TYPE_Q4_K, 15},    {"q5_k", KT_TYPE_Q5_K, 17},
     {"q6_k", KT_TYPE_Q6_K, 18},    {"iq4_nl", KT_TYPE_IQ4_NL, 25}, {"iq4_xs", KT_TYPE_IQ4_XS, 30},
+    {"mxfp4", KT_TYPE_MXFP4, 38},
 };
 constexpr int32_t kMixQ4KM = -1;
 constexpr int32_t kFileTypeQ4KM = 15;
+constexpr int32_t kMixMxfp4Moe = -3;
+constexpr int32_t kFileTypeMxfp4Moe = 38;
 
 bool has(const std::string &s, const char *part) { return s.find(part) != std::string::npos; }
 
@@ -133,6 +174,7 @@ int64_t layer_of(const std::string &name) {
 int32_t choose_type(int32_t mix, const kt_tensor_spec &spec, const HParams &hp) {
     const std::string name = spec.name;
     if (spec.role == KT_TENSOR_ROLE_VECTOR || has(name, "ffn_gate_inp")) return KT_TYPE_F32;
+    if (mix == kMixMxfp4Moe) return fit(has(name, "_exps.") ? KT_TYPE_MXFP4 : KT_TYPE_Q8_0, spec.ne[0]);
     if (mix != kMixQ4KM) return fit(mix, spec.ne[0]);
     // Q4_K_M: Q4_K by default, Q6_K for the head and the "more bits" layers' attn_v / ffn_down, Q8_0 for attn_k
     // and attn_v and Q5_K for attn_output in models with 8 or more experts.
@@ -324,34 +366,51 @@ bool set_hparams(kt_gguf_writer *w, const HParams &hp, int32_t file_type, uint64
               check(kt_gguf_writer_set_string(w, "general.name", label.c_str(), label.size()), w, "name") &&
               check(kt_gguf_writer_set_string(w, "general.description", desc.c_str(), desc.size()), w, "description") &&
               u32("general.file_type", file_type) && u32(a + "context_length", hp.ctx) &&
-              u32(a + "embedding_length", hp.hidden) && u32(a + "block_count", hp.layers) &&
+              u32(a + "embedding_length", hp.hidden) && u32(a + "block_count", hp.layers + hp.nextn) &&
               u32(a + "attention.head_count", hp.heads) && f32(a + "rope.freq_base", hp.rope_base) &&
               f32(a + "attention.layer_norm_rms_epsilon", hp.eps) && u32(a + "vocab_size", hp.vocab);
-    if (ok && hp.arch == "deepseek2") {
-        // MLA served as MQA: one KV head holding the latent and the shared RoPE key.
-        ok = u32(a + "attention.head_count_kv", 1) && u32(a + "attention.key_length", hp.kv_lora + hp.rope_dims) &&
-             u32(a + "attention.value_length", hp.kv_lora) && u32(a + "attention.key_length_mla", hp.head_dim) &&
-             u32(a + "attention.value_length_mla", hp.v_head) && u32(a + "rope.dimension_count", hp.rope_dims) &&
-             u32(a + "attention.kv_lora_rank", hp.kv_lora) && u32(a + "leading_dense_block_count", hp.dense_lead) &&
-             (hp.q_lora == 0 || u32(a + "attention.q_lora_rank", hp.q_lora)) &&
-             u32(a + "expert_feed_forward_length", hp.expert_ff) && u32(a + "expert_shared_count", hp.shared_experts) &&
-             f32(a + "expert_weights_scale", hp.weights_scale) &&
-             check(kt_gguf_writer_set_bool(w, (a + "expert_weights_norm").c_str(), hp.weights_norm), w, "norm") &&
-             u32(a + "expert_gating_func", hp.sigmoid ? 2 : 1) && u32(a + "expert_group_count", hp.groups) &&
-             u32(a + "expert_group_used_count", hp.groups_used) &&
-             u32(a + "expert_count", hp.experts) && u32(a + "expert_used_count", hp.experts_used) &&
-             u32(a + "feed_forward_length", hp.ff);
-        if (ok && hp.yarn_factor > 0) {
-            const char *yarn = "yarn";
-            ok = check(kt_gguf_writer_set_string(w, (a + "rope.scaling.type").c_str(), yarn, 4), w, "rope") &&
-                 f32(a + "rope.scaling.factor", hp.yarn_factor) &&
-                 u32(a + "rope.scaling.original_context_length", hp.yarn_orig_ctx) &&
-                 f32(a + "rope.scaling.yarn_log_multiplier", hp.yarn_log_mul);
-        }
-        return ok;
+    // The routed-expert keys deepseek2 and glm4moe share.
+    auto routed = [&]() {
+        return u32(a + "leading_dense_block_count", hp.dense_lead) && u32(a + "expert_feed_forward_length", hp.expert_ff) &&
+               u32(a + "expert_shared_count", hp.shared_experts) && f32(a + "expert_weights_scale", hp.weights_scale) &&
+               check(kt_gguf_writer_set_bool(w, (a + "expert_weights_norm").c_str(), hp.weights_norm), w, "norm") &&
+               u32(a + "expert_gating_func", hp.sigmoid ? 2 : 1) && u32(a + "expert_group_count", hp.groups) &&
+               u32(a + "expert_group_used_count", hp.groups_used) && u32(a + "expert_count", hp.experts) &&
+               u32(a + "expert_used_count", hp.experts_used) && u32(a + "feed_forward_length", hp.ff);
+    };
+    if (ok && hp.yarn_factor > 0) {
+        const char *yarn = "yarn";
+        ok = check(kt_gguf_writer_set_string(w, (a + "rope.scaling.type").c_str(), yarn, 4), w, "rope") &&
+             f32(a + "rope.scaling.factor", hp.yarn_factor) &&
+             u32(a + "rope.scaling.original_context_length", hp.yarn_orig_ctx) &&
+             (hp.yarn_log_mul == 0 || f32(a + "rope.scaling.yarn_log_multiplier", hp.yarn_log_mul));
     }
+    if (ok && hp.arch == "deepseek2") {
+        if (hp.legacy_kv_b) {
+            // Multi-head as converters wrote it before the MLA split: every head has its key and value.
+            ok = u32(a + "attention.head_count_kv", hp.heads) && u32(a + "attention.key_length", hp.head_dim) &&
+                 u32(a + "attention.value_length", hp.v_head);
+        } else {
+            // MLA served as MQA: one KV head holding the latent and the shared RoPE key.
+            ok = u32(a + "attention.head_count_kv", 1) && u32(a + "attention.key_length", hp.kv_lora + hp.rope_dims) &&
+                 u32(a + "attention.value_length", hp.kv_lora) && u32(a + "attention.key_length_mla", hp.head_dim) &&
+                 u32(a + "attention.value_length_mla", hp.v_head);
+        }
+        return ok && u32(a + "rope.dimension_count", hp.rope_dims) && u32(a + "attention.kv_lora_rank", hp.kv_lora) &&
+               (hp.q_lora == 0 || u32(a + "attention.q_lora_rank", hp.q_lora)) && routed();
+    }
+    if (ok && hp.arch == "glm4moe") {
+        ok = u32(a + "nextn_predict_layers", hp.nextn) && routed() && u32(a + "rope.dimension_count", hp.rope_dims);
+    } else if (ok) {
+        ok = u32(a + "rope.dimension_count", hp.head_dim);
+    }
+    if (ok && hp.arch == "gpt-oss")
+        ok = u32(a + "attention.sliding_window", hp.sliding_window) && u32(a + "expert_count", hp.experts) &&
+             u32(a + "expert_used_count", hp.experts_used) && u32(a + "expert_feed_forward_length", hp.expert_ff) &&
+             u32(a + "feed_forward_length", hp.ff);
     ok = ok && u32(a + "attention.head_count_kv", hp.heads_kv) && u32(a + "attention.key_length", hp.head_dim) &&
-         u32(a + "attention.value_length", hp.head_dim) && u32(a + "rope.dimension_count", hp.head_dim);
+         u32(a + "attention.value_length", hp.head_dim);
+    if (hp.arch == "glm4moe" || hp.arch == "gpt-oss") return ok;
     if (ok && hp.ff > 0) ok = u32(a + "feed_forward_length", hp.ff);
     if (ok && hp.experts > 0) {
         ok = u32(a + "expert_count", hp.experts) && u32(a + "expert_used_count", hp.experts_used);
@@ -368,12 +427,16 @@ int main(int argc, char **argv) {
     std::string out, type_name = "q4_k_m", vocab_from, label = "kt-synth";
     uint64_t seed = 1;
     int64_t pool_rows = 4096;
-    bool arch_set = false;
+    bool arch_set = false, type_set = false;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "-h" || a == "--help") return usage();
         if (a == "--tied" || a == "--untied") {
             hp.tied = a == "--tied";
+            continue;
+        }
+        if (a == "--legacy-kv-b" || a == "--biases" || a == "--qk-norm") {
+            (a == "--legacy-kv-b" ? hp.legacy_kv_b : a == "--biases" ? hp.biases : hp.qk_norm) = true;
             continue;
         }
         if (i + 1 >= argc) return usage(("missing value for " + a).c_str());
@@ -392,10 +455,14 @@ int main(int argc, char **argv) {
             if (arch_set) return usage("--preset must come before other model options");
             hp = p->hp;
             label = std::string("kt-synth ") + p->name;
+            if (!type_set) type_name = p->type;
         } else if (a == "--arch") {
             hp.arch = v;
             arch_set = true;
-        } else if (a == "--type") type_name = v;
+        } else if (a == "--type") {
+            type_name = v;
+            type_set = true;
+        }
         else if (a == "--vocab-from") vocab_from = v;
         else if (!numeric || num < 0) return usage(("bad value for " + a).c_str());
         else if (a == "--layers") hp.layers = n;
@@ -421,6 +488,8 @@ int main(int argc, char **argv) {
         else if (a == "--shared-experts") hp.shared_experts = n;
         else if (a == "--groups") hp.groups = n;
         else if (a == "--groups-used") hp.groups_used = n;
+        else if (a == "--nextn") hp.nextn = n;
+        else if (a == "--sliding-window") hp.sliding_window = n;
         else if (a == "--pool-rows") pool_rows = n;
         else return usage(("unknown option " + a).c_str());
     }
@@ -431,14 +500,27 @@ int main(int argc, char **argv) {
         if (hp.v_head == 0) hp.v_head = hp.head_dim / 2;
         if (hp.experts > 0 && hp.dense_lead == 0 && hp.layers > 1) hp.dense_lead = 1;
     }
-    if (hp.arch == "qwen2moe" || hp.arch == "qwen3moe" || hp.arch == "deepseek2") {  // MoE without a preset: 8 experts, 2 used
+    if (hp.arch == "glm4moe") {  // without a preset: GLM's partial RoPE over half of each head
+        if (hp.rope_dims == 0) hp.rope_dims = hp.head_dim / 2;
+        if (hp.experts > 0 && hp.dense_lead == 0 && hp.layers > 1) hp.dense_lead = 1;
+        hp.sigmoid = true;
+    }
+    if (hp.arch == "gpt-oss" && hp.sliding_window == 0) hp.sliding_window = 128;
+    if (hp.arch == "qwen2moe" || hp.arch == "qwen3moe" || hp.arch == "deepseek2" || hp.arch == "glm4moe" ||
+        hp.arch == "gpt-oss") {  // MoE without a preset: 8 experts, 2 used
         if (hp.experts == 0) hp.experts = 8;
         if (hp.experts_used == 0) hp.experts_used = 2;
     }
     if (hp.experts > 0 && hp.experts_used == 0) hp.experts_used = std::min<int64_t>(2, hp.experts);
+    if (hp.experts_used > hp.experts) hp.experts_used = hp.experts;
+    // A preset cut to fewer layers keeps at least one MoE layer after its leading dense ones.
+    if (hp.dense_lead >= hp.layers) hp.dense_lead = std::max<int64_t>(0, hp.layers - 1);
     if (hp.arch == "llama" && hp.experts > 0) hp.expert_ff = hp.ff;  // Mixtral's experts have the dense width
     int32_t mix = kMixQ4KM, file_type = kFileTypeQ4KM;
-    if (type_name != "q4_k_m") {
+    if (type_name == "mxfp4_moe") {
+        mix = kMixMxfp4Moe;
+        file_type = kFileTypeMxfp4Moe;
+    } else if (type_name != "q4_k_m") {
         mix = -2;
         for (const TypeName &t : kTypes)
             if (type_name == t.name) mix = t.type, file_type = t.file_type;
@@ -460,8 +542,11 @@ int main(int argc, char **argv) {
         kt_tensor_spec spec = tensors.specs[i];
         const std::string name = tensors.names[i];
         spec.name = name.c_str();
-        // Optional tensors: the untied output head unless --tied; biases, rope_freqs and the like are left out.
-        if (spec.optional && !(name == "output.weight" && !hp.tied)) continue;
+        // Optional tensors: the untied output head unless --tied, attention biases with --biases, q/k norms with
+        // --qk-norm; rope_freqs and the like are left out.
+        const bool wanted = (name == "output.weight" && !hp.tied) || (hp.biases && has(name, "attn_") && has(name, ".bias")) ||
+                            (hp.qk_norm && (has(name, "attn_q_norm") || has(name, "attn_k_norm")));
+        if (spec.optional && !wanted) continue;
         TensorPlan t;
         t.name = name;
         t.type = choose_type(mix, spec, hp);

@@ -64,6 +64,7 @@ const (
 	TypeQ6_K  = 14
 	TypeIQ4XS = 23
 	TypeBF16  = 30
+	TypeMXFP4 = 39
 )
 
 // Log levels.

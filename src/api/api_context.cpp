@@ -146,6 +146,13 @@ KT_API int64_t kt_context_n_ctx(const kt_context *context) { return context ? co
 KT_API int64_t kt_context_n_past(const kt_context *context) { return context ? context->context->n_past() : 0; }
 KT_API int32_t kt_context_n_threads(const kt_context *context) { return context ? context->context->n_threads() : 0; }
 
+KT_API kt_status kt_context_kv_size(const kt_context *context, uint64_t *out_bytes, uint64_t *out_bytes_per_position) {
+    if (!context) return KT_STATUS_INVALID_ARGUMENT;
+    if (out_bytes) *out_bytes = context->context->kv_bytes();
+    if (out_bytes_per_position) *out_bytes_per_position = context->context->kv_bytes_per_position();
+    return KT_STATUS_OK;
+}
+
 KT_API kt_status kt_context_decode(kt_context *context, const int32_t *tokens, int64_t n_tokens, int32_t logits_mode) {
     return guard_on(context, [&]() -> Status {
         KT_TRY(check_context(context));

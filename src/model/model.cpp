@@ -1,6 +1,8 @@
 // Model loading: bind every tensor of the architecture's table, check it, build its kernels.
 #include "model/model.h"
 
+#include <algorithm>
+#include <cstring>
 #include <set>
 #include <string>
 #include <vector>
@@ -46,17 +48,29 @@ public:
     }
 
     void ffn(const std::string &prefix, const std::string &suffix, int64_t n_embd, int64_t n_ff, int64_t n_expert,
-             uint32_t need, Ffn &slot) override {
+             uint32_t need, const ops::ExpertOptions &variant, Ffn &slot) override {
         std::vector<int64_t> in_shape = {n_embd, n_ff}, out_shape = {n_ff, n_embd};
         if (n_expert > 0) {
             in_shape.push_back(n_expert);
             out_shape.push_back(n_expert);
         }
-        slot.gate = bind(prefix + "_gate" + suffix + ".weight", need, in_shape);
-        slot.up = bind(prefix + "_up" + suffix + ".weight", need, in_shape);
-        slot.down = bind(prefix + "_down" + suffix + ".weight", need, out_shape);
+        const std::string gate = prefix + "_gate" + suffix, up = prefix + "_up" + suffix, down = prefix + "_down" + suffix;
+        slot.gate = bind(gate + ".weight", need, in_shape);
+        slot.up = bind(up + ".weight", need, in_shape);
+        slot.down = bind(down + ".weight", need, out_shape);
+        ops::ExpertOptions options = variant;
+        if (need & kBias) {  // {I, X}, {I, X}, {E, X}: one bias row per expert
+            const int64_t count = std::max<int64_t>(n_expert, 1);
+            bind_rows(gate + ".bias", {n_ff, count}, kRequired, slot.gate_bias);
+            bind_rows(up + ".bias", {n_ff, count}, kRequired, slot.up_bias);
+            bind_rows(down + ".bias", {n_embd, count}, kRequired, slot.down_bias);
+            options.gate_bias = slot.gate_bias.data();
+            options.up_bias = slot.up_bias.data();
+            options.down_bias = slot.down_bias.data();
+        }
         if (!slot.gate || !slot.up || !slot.down || !ok()) return;
-        keep(kernels_.make_experts(stack_of(*slot.gate), stack_of(*slot.up), stack_of(*slot.down), &slot.experts));
+        keep(kernels_.make_experts(stack_of(*slot.gate), stack_of(*slot.up), stack_of(*slot.down), options,
+                                   &slot.experts));
     }
 
     void stack(const std::string &name, int64_t in, int64_t out, int64_t count, uint32_t need, Stack &slot) override {
@@ -67,6 +81,49 @@ public:
         slot.linears.resize(static_cast<size_t>(count));
         for (int64_t i = 0; i < count && ok(); ++i) keep(kernels_.make_linear(s.at(i), nullptr, &slot.linears[static_cast<size_t>(i)]));
     }
+
+    void split_kv_b(const std::string &name, int64_t kv_lora, int64_t qk_nope, int64_t v_head, int64_t n_head,
+                    Stack &k_b, Stack &v_b) override {
+        const gguf::TensorInfo *t = bind(name + ".weight", kRequired, {kv_lora, n_head * (qk_nope + v_head)});
+        if (!t || !ok()) return;
+        k_b.tensor = v_b.tensor = t;
+        const ops::MatrixView kv = matrix(*t);
+        // k_b[h] {qk_nope -> kv_lora}: the transpose of head h's key rows, in the source's element type when that
+        // is a plain float type (exact), else in F32 from the exact dequantization.
+        const bool plain = t->type == KT_TYPE_F32 || t->type == KT_TYPE_F16 || t->type == KT_TYPE_BF16;
+        const int32_t k_type = plain ? t->type : KT_TYPE_F32;
+        const size_t elem = k_type == KT_TYPE_F32 ? 4 : 2;
+        k_b.owned.resize(static_cast<size_t>(n_head * kv_lora * qk_nope) * elem);
+        std::vector<float> row(static_cast<size_t>(kv_lora));
+        for (int64_t h = 0; h < n_head; ++h) {
+            uint8_t *dst = k_b.owned.data() + static_cast<size_t>(h * kv_lora * qk_nope) * elem;
+            for (int64_t j = 0; j < qk_nope; ++j) {
+                const uint8_t *src = kv.data + (h * (qk_nope + v_head) + j) * kv.row_bytes;
+                if (!plain) ref::dequantize_row(t->type, src, row.data(), kv_lora);
+                for (int64_t i = 0; i < kv_lora; ++i) {  // element (i, j) of the key rows -> row i, column j
+                    const uint8_t *from = plain ? src + static_cast<size_t>(i) * elem : reinterpret_cast<const uint8_t *>(&row[i]);
+                    std::memcpy(dst + static_cast<size_t>(i * qk_nope + j) * elem, from, elem);
+                }
+            }
+        }
+        ops::MatrixView k = kv;
+        k.type = k_type;
+        k.cols = qk_nope;
+        k.rows = kv_lora;
+        k.row_bytes = qk_nope * static_cast<int64_t>(elem);
+        ops::MatrixView v = kv;
+        v.rows = v_head;
+        k_b.linears.resize(static_cast<size_t>(n_head));
+        v_b.linears.resize(static_cast<size_t>(n_head));
+        for (int64_t h = 0; h < n_head && ok(); ++h) {
+            k.data = k_b.owned.data() + static_cast<size_t>(h * kv_lora * qk_nope) * elem;
+            v.data = kv.data + (h * (qk_nope + v_head) + qk_nope) * kv.row_bytes;  // head h's value rows, in place
+            keep(kernels_.make_linear(k, nullptr, &k_b.linears[static_cast<size_t>(h)]));
+            keep(kernels_.make_linear(v, nullptr, &v_b.linears[static_cast<size_t>(h)]));
+        }
+    }
+
+    void skip(const std::string &prefix) override { skipped_.push_back(prefix); }
 
     // The first problem met, or OK when every tensor was found, checked and built and none was left over.
     Status finish(uint64_t *weight_bytes) {
@@ -80,6 +137,7 @@ public:
         KT_TRY(Status(first_error_));
         *weight_bytes = 0;
         for (const gguf::TensorInfo &t : file_.tensors()) {
+            if (skipped(t.name)) continue;
             KT_RETURN_IF(!used_.count(t.name), KT_STATUS_UNSUPPORTED,
                          "tensor '%s' is not part of architecture %s as kt runs it (a variant kt does not support?)",
                          t.name.data(), arch_.c_str());
@@ -90,6 +148,11 @@ public:
 
 private:
     bool ok() const { return missing_.empty() && first_error_.is_ok(); }
+    bool skipped(std::string_view name) const {
+        for (const std::string &prefix : skipped_)
+            if (name.substr(0, prefix.size()) == prefix) return true;
+        return false;
+    }
     void fail(Status s) {
         if (first_error_.is_ok()) first_error_ = std::move(s);
     }
@@ -123,12 +186,19 @@ private:
     }
 
     void bind_vector(const std::string &name, int64_t n, uint32_t need, Vector &slot) {
-        const gguf::TensorInfo *t = bind(name, need, {n});
+        bind_rows(name, std::vector<int64_t>{n}, need, slot);
+    }
+    // A vector of several rows (per-expert biases): every element, dequantized row by row.
+    void bind_rows(const std::string &name, const std::vector<int64_t> &shape, uint32_t need, Vector &slot) {
+        const gguf::TensorInfo *t = bind(name, need, shape);
         if (!t) return;
         if (!ref::can_dequantize(t->type)) return fail(unsupported_type(*t));
         slot.tensor = t;
-        slot.values.resize(static_cast<size_t>(n));
-        ref::dequantize_row(t->type, t->data, slot.values.data(), n);
+        int64_t rows = 1;
+        for (size_t d = 1; d < shape.size(); ++d) rows *= shape[d];
+        const int64_t n = shape[0], row_bytes = ops::row_bytes(*ops::type_traits(t->type), n);
+        slot.values.resize(static_cast<size_t>(n * rows));
+        for (int64_t r = 0; r < rows; ++r) ref::dequantize_row(t->type, t->data + r * row_bytes, slot.values.data() + r * n, n);
     }
 
     ops::MatrixView matrix(const gguf::TensorInfo &t) const {
@@ -156,6 +226,7 @@ private:
     std::vector<std::string> missing_;
     Status first_error_;
     std::set<std::string_view> used_;
+    std::vector<std::string> skipped_;  // name prefixes of tensors the architecture does not compute
 };
 
 // The planner's TensorTable: records what the architecture asks for.
@@ -174,20 +245,29 @@ public:
         if (need & (kBias | kOptionalBias)) add(name + ".bias", {out}, TensorSpec::Role::kVector, !(need & kBias));
     }
     void ffn(const std::string &prefix, const std::string &suffix, int64_t n_embd, int64_t n_ff, int64_t n_expert,
-             uint32_t need, Ffn &) override {
+             uint32_t need, const ops::ExpertOptions &, Ffn &) override {
         const TensorSpec::Role role = n_expert > 0 ? TensorSpec::Role::kExperts : TensorSpec::Role::kMatrix;
         std::vector<int64_t> in = {n_embd, n_ff}, out = {n_ff, n_embd};
         if (n_expert > 0) {
             in.push_back(n_expert);
             out.push_back(n_expert);
         }
-        add(prefix + "_gate" + suffix + ".weight", in, role, need & kOptional);
-        add(prefix + "_up" + suffix + ".weight", in, role, need & kOptional);
-        add(prefix + "_down" + suffix + ".weight", out, role, need & kOptional);
+        for (const char *part : {"_gate", "_up", "_down"}) {
+            add(prefix + part + suffix + ".weight", part[1] == 'd' ? out : in, role, need & kOptional);
+            if (!(need & kBias)) continue;
+            std::vector<int64_t> bias = {part[1] == 'd' ? n_embd : n_ff};
+            if (n_expert > 0) bias.push_back(n_expert);
+            add(prefix + part + suffix + ".bias", bias, TensorSpec::Role::kVector, false);
+        }
     }
     void stack(const std::string &name, int64_t in, int64_t out, int64_t count, uint32_t need, Stack &) override {
         add(name + ".weight", {in, out, count}, TensorSpec::Role::kExperts, need & kOptional);
     }
+    void split_kv_b(const std::string &name, int64_t kv_lora, int64_t qk_nope, int64_t v_head, int64_t n_head, Stack &,
+                    Stack &) override {
+        add(name + ".weight", {kv_lora, n_head * (qk_nope + v_head)}, TensorSpec::Role::kMatrix, false);
+    }
+    void skip(const std::string &) override {}
 
 private:
     void add(std::string name, std::vector<int64_t> ne, TensorSpec::Role role, bool optional) {

@@ -82,6 +82,12 @@ Status ExpertPool::init(const ExpertPoolConfig &c) {
                  "expert pool: max_in_flight = %d", c.max_in_flight);
     KT_RETURN_IF(!(c.swiglu.limit >= 0.0f) || !(c.swiglu.alpha >= 0.0f), KT_STATUS_INVALID_ARGUMENT,
                  "expert pool: swiglu limit %g / alpha %g must be >= 0", c.swiglu.limit, c.swiglu.alpha);
+    const size_t gate_up_bias = static_cast<size_t>(c.n_experts * c.intermediate);
+    KT_RETURN_IF((!c.gate_bias.empty() && c.gate_bias.size() != gate_up_bias) ||
+                     (!c.up_bias.empty() && c.up_bias.size() != gate_up_bias) ||
+                     (!c.down_bias.empty() && c.down_bias.size() != static_cast<size_t>(c.n_experts * c.hidden)),
+                 KT_STATUS_INVALID_ARGUMENT, "expert pool: bias sizes %zu, %zu, %zu do not match the experts' shapes",
+                 c.gate_bias.size(), c.up_bias.size(), c.down_bias.size());
     config_ = c;
     ExecutorConfig ec;
     ec.n_threads = c.n_threads;
@@ -568,8 +574,12 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
                     acts.prefetch_next = grp.gate(ne).tile(((item + 1) % iblocks) * ib / cpu::kPanel, 0, 0);
                 }
                 cpu::gemm(ks, grp.up(e), acts, m, n0, n1, tu, ib);
-                for (int64_t i = 0; i < m; ++i)
+                const int64_t bias_at = e * config_.intermediate + grp.i_begin + n0;
+                for (int64_t i = 0; i < m; ++i) {
+                    if (!config_.gate_bias.empty()) ks.axpy_row(1.0f, config_.gate_bias.data() + bias_at, n1 - n0, tg + i * ib);
+                    if (!config_.up_bias.empty()) ks.axpy_row(1.0f, config_.up_bias.data() + bias_at, n1 - n0, tu + i * ib);
                     ks.swiglu_row(tg + i * ib, tu + i * ib, n1 - n0, config_.swiglu, h_all + (s0 + i) * shard + n0);
+                }
             }
         }
         mark(1);
@@ -616,7 +626,11 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
         mark(2);
         eg.barrier->arrive_and_wait();
 
-        // 4. Down projection per block of H columns over every active expert, weighted into the partial output.
+        // 4. Down projection per block of H columns over every active expert, weighted into the partial output. The
+        //    down bias belongs to the whole row: only the first group with a shard adds it.
+        bool first_shard = true;
+        for (int og = 0; og < g; ++og) first_shard = first_shard && groups_[static_cast<size_t>(og)]->shard() == 0;
+        const float *down_bias = first_shard && !config_.down_bias.empty() ? config_.down_bias.data() : nullptr;
         const int64_t hblk = eg.h_block;
         const int64_t hblocks = (H + hblk - 1) / hblk;
         float *td = tile;
@@ -650,6 +664,7 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
                     cpu::gemm(ks, grp.down(e), acts, m, h0, h1, td, hblk);
                     for (int64_t i = 0; i < m; ++i) {
                         const int64_t s = s0 + i;
+                        if (down_bias) ks.axpy_row(1.0f, down_bias + e * H + h0, h1 - h0, td + i * hblk);
                         ks.axpy_row(sc.slot_weight[static_cast<size_t>(s)], td + i * hblk, h1 - h0,
                                     partial + sc.slot_token[static_cast<size_t>(s)] * H + h0);
                     }

@@ -4,11 +4,12 @@
 //   0. bucket (token, slot) pairs by expert, skipping id -1 and masked experts           (driver thread, O(T k))
 //   1. quantize each token's activations once (int8 + scale + group sums, or bf16)      (all threads)
 //   2. per NUMA group g, tasks (expert, block of its I shard): gate and up GEMMs of the expert's tokens on the
-//      same weights tile, SwiGLU in fp32 into h                                          (group g)
+//      same weights tile (plus their biases, if any), SwiGLU in fp32 into h                (group g)
 //   3. quantize each (token, slot) row of h once for the down projection, with one scale from the whole row
 //      (max |h| over all shards), so that sharded results equal unsharded ones           (group g)
-//   4. tasks (block of H): for every active expert, down GEMM of its rows and the weighted fp32 add into the
-//      group's partial output (a task owns its output columns, so no two threads add to the same value)
+//   4. tasks (block of H): for every active expert, down GEMM of its rows (plus its bias, in the first group only)
+//      and the weighted fp32 add into the group's partial output (a task owns its output columns, so no two
+//      threads add to the same value)
 //   5. out = (accumulate ? out : 0) + sum of the groups' partial outputs                   (all threads)
 // Each expert's intermediate dimension I is split across the executor's NUMA groups (shards sized by thread count,
 // on boundaries every format allows); each shard's gate/up rows and down columns live in its node's memory,
@@ -54,6 +55,9 @@ struct ExpertPoolConfig {
     const mem::Topology *topology = nullptr;  // nullptr: the process topology (honours HWLOC_* variables)
     bool private_threads = false;
     cpu::SwigluParams swiglu;
+    // Per-expert biases (gpt-oss), empty for none: gate = W_gate x + gate_bias[e], up likewise, out = W_down h +
+    // down_bias[e]. gate_bias / up_bias: [n_experts][I], down_bias: [n_experts][H].
+    std::vector<float> gate_bias, up_bias, down_bias;
     int32_t max_in_flight = 4;  // jobs this pool may have queued before submit blocks
     cpu::IsaLevel max_isa = cpu::IsaLevel::kAmx;  // further cap on top of kt::cpu::active_isa_level()
 };

@@ -71,6 +71,7 @@ bool native_packed_type(int32_t gguf_type, PackedType *out) {
         case KT_TYPE_Q5_K: *out = PackedType::kQ5_K; return true;
         case KT_TYPE_Q6_K: *out = PackedType::kQ6_K; return true;
         case KT_TYPE_IQ4_XS: *out = PackedType::kIq4Xs; return true;
+        case KT_TYPE_MXFP4: *out = PackedType::kMxfp4; return true;
         case KT_TYPE_BF16: *out = PackedType::kBf16; return true;
         default: return false;
     }
@@ -233,6 +234,24 @@ void decode_row(const MatrixSource &src, const PackSpec &spec, int64_t row, RowS
             }
             f->codes = s->codes.data();
             f->f16_group = s->f16_group.data();
+            return;
+        }
+        case PackedType::kMxfp4: {
+            const int64_t nb = n / ref::kQK;
+            s->codes.resize(static_cast<size_t>(n));
+            s->u8_group.resize(static_cast<size_t>(nb));
+            for (int64_t b = 0; b < nb; ++b) {
+                ref::BlockMxfp4 blk;
+                std::memcpy(&blk, p + b * sizeof blk, sizeof blk);
+                s->u8_group[static_cast<size_t>(b)] = blk.e;
+                uint8_t *c = s->codes.data() + b * ref::kQK;
+                for (int j = 0; j < ref::kQK / 2; ++j) {
+                    c[j] = blk.qs[j] & 0x0F;
+                    c[j + ref::kQK / 2] = blk.qs[j] >> 4;
+                }
+            }
+            f->codes = s->codes.data();
+            f->u8_group = s->u8_group.data();
             return;
         }
         default: break;

@@ -52,7 +52,8 @@ public:
 };
 
 // SwiGLU experts: out[t] = Σ_j weight[t, j] · down_e(silu(gate_e · x[t]) ⊙ (up_e · x[t])) with e = ids[t, j];
-// ids < 0 are skipped. gate/up: [n_expert][I, H], down: [n_expert][H, I].
+// ids < 0 are skipped. gate/up: [n_expert][I, H], down: [n_expert][H, I]. ExpertOptions select gpt-oss's variant:
+// biases on all three products and the clamped SwiGLU.
 class ExpertFfn {
 public:
     virtual ~ExpertFfn() = default;
@@ -66,6 +67,18 @@ public:
                            float *out, ThreadPool &pool) const = 0;
 };
 
+// The variant of an expert FFN (defaults: plain SwiGLU, no biases).
+//   g = gate_e · x + gate_bias[e], u = up_e · x + up_bias[e]
+//   limit L > 0: g = min(g, L), u = clamp(u, -L, L); alpha a > 0: h = g · sigmoid(a · g) · (u + 1), else silu(g) · u
+//   y = down_e · h + down_bias[e]
+struct ExpertOptions {
+    float swiglu_limit = 0.0f;
+    float swiglu_alpha = 0.0f;
+    const float *gate_bias = nullptr;  // [n_expert][I] or null; must outlive the kernels built with it
+    const float *up_bias = nullptr;    // [n_expert][I] or null
+    const float *down_bias = nullptr;  // [n_expert][H] or null
+};
+
 // Builds the kernels for a model's weights. Errors name the tensor (an unsupported type, a bad shape).
 class KernelFactory {
 public:
@@ -74,7 +87,7 @@ public:
     // `bias` (may be null) holds out_features f32 values and must outlive the Linear.
     virtual Status make_linear(const MatrixView &w, const float *bias, std::unique_ptr<Linear> *out) const = 0;
     virtual Status make_experts(const MatrixStack &gate, const MatrixStack &up, const MatrixStack &down,
-                                std::unique_ptr<ExpertFfn> *out) const = 0;
+                                const ExpertOptions &options, std::unique_ptr<ExpertFfn> *out) const = 0;
 };
 
 // The scalar reference: weights are dequantized exactly (ops/ref) and multiplied with f32 activations, so its

@@ -153,7 +153,7 @@ void route(const RoutingParams &p, float *logits, int64_t n_tokens, int32_t *ids
         float *probs = logits + t * X;
         if (p.gating == Gating::kSoftmax) {
             softmax_inplace(probs, X);
-        } else {
+        } else if (p.gating == Gating::kSigmoid) {
             for (int64_t i = 0; i < X; ++i) probs[i] = sigmoid(probs[i]);
         }
         for (int64_t i = 0; i < X; ++i) selection[i] = probs[i] + (p.selection_bias ? p.selection_bias[i] : 0.0f);
@@ -176,6 +176,12 @@ void route(const RoutingParams &p, float *logits, int64_t n_tokens, int32_t *ids
         int32_t *id = ids + t * k;
         float *w = weights + t * k;
         top_k(selection.data(), X, k, id, order);
+        if (p.gating == Gating::kSoftmaxWeight) {  // the k chosen logits, best first: softmax over them
+            for (int64_t j = 0; j < k; ++j) w[j] = probs[id[j]];
+            softmax_inplace(w, k);
+            for (int64_t j = 0; j < k; ++j) w[j] *= p.scale;
+            continue;
+        }
         float sum = 0.0f;
         for (int64_t j = 0; j < k; ++j) sum += w[j] = probs[id[j]];
         const float divisor = p.renormalize ? std::max(sum, 6.103515625e-5f) : 1.0f;

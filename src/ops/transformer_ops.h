@@ -56,7 +56,10 @@ void rope_apply(const RopeParams &p, const float *cs, int64_t n_tokens, int64_t 
 // MoE routing
 
 // Gating function of the router logits.
-enum class Gating : int32_t { kSoftmax = 0, kSigmoid = 1 };
+//   kSoftmax        probabilities = softmax over all experts; select the top k; weights = their probabilities
+//   kSigmoid        probabilities = sigmoid of each logit (deepseek-v3, glm4moe); select and weigh as above
+//   kSoftmaxWeight  select the top k logits; weights = softmax over those k only (gpt-oss)
+enum class Gating : int32_t { kSoftmax = 0, kSigmoid = 1, kSoftmaxWeight = 2 };
 
 struct RoutingParams {
     Gating gating = Gating::kSoftmax;
@@ -69,8 +72,8 @@ struct RoutingParams {
     int64_t n_group_used = 1;      // ... scored by the sum of their two best selection scores
 };
 
-// logits: [n_tokens, n_expert] router outputs (overwritten with the gate probabilities). Writes ids [n_tokens, k]
-// (best first) and weights [n_tokens, k].
+// logits: [n_tokens, n_expert] router outputs (overwritten with the gate probabilities, except for kSoftmaxWeight).
+// Writes ids [n_tokens, k] (best first) and weights [n_tokens, k].
 void route(const RoutingParams &p, float *logits, int64_t n_tokens, int32_t *ids, float *weights);
 
 }  // namespace kt::ops

@@ -30,6 +30,7 @@ constexpr TypeTraits kTypes[] = {
     {KT_TYPE_I64, "I64", 1, 8},
     {KT_TYPE_F64, "F64", 1, 8},
     {KT_TYPE_BF16, "BF16", 1, 2},
+    {KT_TYPE_MXFP4, "MXFP4", 32, 17},
 };
 
 }  // namespace

@@ -63,8 +63,9 @@ Status BatchRunner::run(const Step &step) {
 
 void BatchRunner::reset_phases() { std::fill(std::begin(phase_seconds_), std::end(phase_seconds_), 0.0); }
 
-Status BatchRunner::attention(int64_t layer, const float *q, const float *k, const float *v, float *out) {
-    cache_.attend(layer, step_->segments, step_->n_segments, q, k, v, out, *pool_);
+Status BatchRunner::attention(int64_t layer, const float *q, const float *k, const float *v,
+                              const model::AttentionMask &mask, float *out) {
+    cache_.attend(layer, step_->segments, step_->n_segments, q, k, v, mask.window, mask.sinks, out, *pool_);
     return Status::ok();
 }
 

@@ -60,7 +60,8 @@ public:
     // ForwardHost
     model::Scratch &scratch() override { return scratch_; }
     ThreadPool &pool() override { return *pool_; }
-    Status attention(int64_t layer, const float *q, const float *k, const float *v, float *out) override;
+    Status attention(int64_t layer, const float *q, const float *k, const float *v, const model::AttentionMask &mask,
+                     float *out) override;
     void enter(model::Phase phase) override;
     Status layer_done(int64_t layer) override;
 

@@ -64,6 +64,7 @@ public:
     int64_t n_past() const { return n_past_; }
     int64_t n_vocab() const { return model().hp.n_vocab; }
     uint64_t kv_bytes() const { return runner_->cache().bytes(); }
+    uint64_t kv_bytes_per_position() const { return runner_->cache().bytes_per_position(); }
 
     // Appends tokens at positions n_past.. and runs them through the model. KT_STATUS_CONTEXT_FULL when they do
     // not fit (nothing is done), KT_STATUS_CANCELLED when should_abort fired (the sequence is unchanged).

@@ -91,7 +91,7 @@ public:
     }
 
     Status make_experts(const ops::MatrixStack &gate, const ops::MatrixStack &up, const ops::MatrixStack &down,
-                        std::unique_ptr<ops::ExpertFfn> *out) const override {
+                        const ops::ExpertOptions &options, std::unique_ptr<ops::ExpertFfn> *out) const override {
         moe::MatrixSource g, u, d;
         KT_TRY(source_of(gate.first, gate.count, &g));
         KT_TRY(source_of(up.first, up.count, &u));
@@ -105,6 +105,12 @@ public:
         c.format = moe::TargetFormat::kAsSource;  // each matrix in its own format, or the closest one with a kernel
         c.n_threads = options_.n_threads;
         c.spin_ns = kPoolSpinNs;
+        c.swiglu.limit = options.swiglu_limit;
+        c.swiglu.alpha = options.swiglu_alpha;
+        const size_t gate_up = static_cast<size_t>(c.n_experts * c.intermediate), down_n = static_cast<size_t>(c.n_experts * c.hidden);
+        if (options.gate_bias) c.gate_bias.assign(options.gate_bias, options.gate_bias + gate_up);
+        if (options.up_bias) c.up_bias.assign(options.up_bias, options.up_bias + gate_up);
+        if (options.down_bias) c.down_bias.assign(options.down_bias, options.down_bias + down_n);
         std::unique_ptr<moe::ExpertPool> pool;
         KT_TRY(Status(moe::ExpertPool::create(c, &pool)).with_context(gate.first.name));
         KT_TRY(Status(pool->load(g, u, d)).with_context(gate.first.name));

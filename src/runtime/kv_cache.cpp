@@ -37,8 +37,11 @@ Status check_layout(const model::HParams &hp, int32_t type, int64_t block_positi
 Status KvCache::block_bytes_for(const model::HParams &hp, int32_t type, int64_t block_positions, uint64_t *out) {
     KT_TRY(check_layout(hp, type, block_positions));
     const ops::TypeTraits &traits = *ops::type_traits(type);
+    KT_RETURN_IF(hp.v_in_k >= 0 && hp.v_in_k + hp.head_dim_v > hp.head_dim_k, KT_STATUS_INTERNAL,
+                 "KV cache: values at key dims %lld.. do not fit in %lld", static_cast<long long>(hp.v_in_k),
+                 static_cast<long long>(hp.head_dim_k));
     const uint64_t per_position = static_cast<uint64_t>(ops::row_bytes(traits, hp.head_dim_k)) +
-                                  static_cast<uint64_t>(ops::row_bytes(traits, hp.head_dim_v));
+                                  (hp.v_in_k >= 0 ? 0 : static_cast<uint64_t>(ops::row_bytes(traits, hp.head_dim_v)));
     uint64_t heads = 0, bytes = 0;
     KT_RETURN_IF(!checked_mul(static_cast<uint64_t>(hp.n_layer), static_cast<uint64_t>(hp.n_head_kv), &heads) ||
                      !checked_mul(heads, per_position, &bytes) ||
@@ -79,7 +82,8 @@ Status KvCache::create(const model::HParams &hp, const Config &config, KvCache *
     c.n_blocks_ = config.n_blocks;
     c.max_positions_ = config.max_positions;
     c.k_row_bytes_ = static_cast<size_t>(ops::row_bytes(traits, c.dk_));
-    c.v_row_bytes_ = static_cast<size_t>(ops::row_bytes(traits, c.dv_));
+    c.v_in_k_ = hp.v_in_k;
+    c.v_row_bytes_ = c.v_in_k_ >= 0 ? 0 : static_cast<size_t>(ops::row_bytes(traits, c.dv_));
     c.k_block_bytes_ = c.k_row_bytes_ * static_cast<size_t>(c.block_positions_);
     c.v_block_bytes_ = c.v_row_bytes_ * static_cast<size_t>(c.block_positions_);
     c.block_bytes_ = block_bytes;
@@ -92,6 +96,7 @@ Status KvCache::create(const model::HParams &hp, const Config &config, KvCache *
     c.scratch_per_thread_ = round_up(rows * c.dk_ + rows * c.dv_ + kernel, 16);
     c.scratch_.resize(static_cast<size_t>(c.scratch_per_thread_ * threads + 16));
     c.visible_.resize(static_cast<size_t>(rows * threads));
+    c.row_sinks_.resize(c.visible_.size());
     *out = std::move(c);
     return Status::ok();
 }
@@ -123,7 +128,7 @@ void KvCache::store(const Segment &seg, int64_t layer, const float *k, const flo
         for (int64_t g = 0; g < Hkv; ++g) {
             uint8_t *keys = blk + head_offset(layer, g), *values = keys + k_block_bytes_;
             const float *key = k + (row * Hkv + g) * Dk;
-            store_row(v + (row * Hkv + g) * Dv, Dv, values + static_cast<size_t>(in_block) * v_row_bytes_);
+            if (v_in_k_ < 0) store_row(v + (row * Hkv + g) * Dv, Dv, values + static_cast<size_t>(in_block) * v_row_bytes_);
             if (!tiled()) {
                 store_row(key, Dk, keys + static_cast<size_t>(in_block) * k_row_bytes_);
                 continue;
@@ -140,7 +145,7 @@ void KvCache::store(const Segment &seg, int64_t layer, const float *k, const flo
 }
 
 void KvCache::attend(int64_t layer, const Segment *segments, int64_t n_segments, const float *q, const float *k,
-                     const float *v, float *out, ThreadPool &pool) {
+                     const float *v, int64_t window, const float *sinks, float *out, ThreadPool &pool) {
     task_begin_.resize(static_cast<size_t>(n_segments + 1));
     task_begin_[0] = 0;
     for (int64_t s = 0; s < n_segments; ++s) {
@@ -151,6 +156,7 @@ void KvCache::attend(int64_t layer, const Segment *segments, int64_t n_segments,
     // 64-byte aligned per-thread scratch.
     float *base = scratch_.data();
     base += (16 - (reinterpret_cast<uintptr_t>(base) / sizeof(float)) % 16) % 16;
+    const Extras extras{window, sinks};
     Status s = pool.parallel_for(task_begin_[n_segments], 1, [&](int64_t begin, int64_t end, int thread) {
         for (int64_t task = begin; task < end; ++task) {
             const int64_t si =
@@ -161,23 +167,25 @@ void KvCache::attend(int64_t layer, const Segment *segments, int64_t n_segments,
             const int64_t g = local / query_blocks, t0 = (local % query_blocks) * kQueryBlock;
             const int64_t tb = std::min(kQueryBlock, seg.n_tokens - t0);
             float *scratch = base + thread * scratch_per_thread_;
-            if (tiled()) attend_tiled(seg, layer, g, t0, tb, q, out, scratch, thread);
-            else attend_rows(seg, layer, g, t0, tb, q, out, scratch);
+            if (tiled()) attend_tiled(seg, layer, g, t0, tb, q, extras, out, scratch, thread);
+            else attend_rows(seg, layer, g, t0, tb, q, extras, out, scratch);
         }
     });
     (void)s;  // the body cannot throw
 }
 
 void KvCache::attend_tiled(const Segment &seg, int64_t layer, int64_t g, int64_t t0, int64_t tb, const float *q,
-                           float *out, float *scratch, int thread) {
+                           const Extras &x, float *out, float *scratch, int thread) {
     const int64_t H = n_head_, Dk = dk_, Dv = dv_, G = H / hkv_, R = tb * G;
     // Gather the block's query rows (row tt·G + hh: query t0+tt, head g·G+hh) and their causal limits.
     float *qb = scratch, *ob = qb + R * Dk, *ks = ob + R * Dv;
     int32_t *visible = visible_.data() + thread * kQueryBlock * G;
+    float *sinks = row_sinks_.data() + thread * kQueryBlock * G;
     for (int64_t tt = 0; tt < tb; ++tt)
         for (int64_t hh = 0; hh < G; ++hh) {
             std::copy_n(q + ((seg.row0 + t0 + tt) * H + g * G + hh) * Dk, Dk, qb + (tt * G + hh) * Dk);
             visible[tt * G + hh] = static_cast<int32_t>(seg.pos0 + t0 + tt + 1);
+            if (x.sinks) sinks[tt * G + hh] = x.sinks[g * G + hh];
         }
     cpu::AttentionArgs a;
     a.elem = elem_;
@@ -187,11 +195,14 @@ void KvCache::attend_tiled(const Segment &seg, int64_t layer, int64_t g, int64_t
     a.block_stride = block_bytes_;
     a.k_offset = head_offset(layer, g);
     a.v_offset = a.k_offset + k_block_bytes_;
+    a.v_in_k = v_in_k_;
     a.dk = Dk;
     a.dv = Dv;
     a.q = qb;
     a.rows = R;
     a.visible = visible;
+    a.window = static_cast<int32_t>(x.window);
+    a.sinks = x.sinks ? sinks : nullptr;
     a.scale = kq_scale_;
     a.out = ob;
     a.scratch = ks;
@@ -202,7 +213,7 @@ void KvCache::attend_tiled(const Segment &seg, int64_t layer, int64_t g, int64_t
 }
 
 void KvCache::attend_rows(const Segment &seg, int64_t layer, int64_t g, int64_t t0, int64_t tb, const float *q,
-                          float *out, float *scratch) {
+                          const Extras &x, float *out, float *scratch) {
     const int64_t H = n_head_, Dk = dk_, Dv = dv_, G = H / hkv_, pos0 = seg.pos0, row0 = seg.row0 + t0;
     const int64_t n_kv = pos0 + t0 + tb;  // positions the block's last query sees
     const size_t keys = head_offset(layer, g), values = keys + k_block_bytes_;
@@ -221,19 +232,23 @@ void KvCache::attend_rows(const Segment &seg, int64_t layer, int64_t g, int64_t 
     }
     for (int64_t tt = 0; tt < tb; ++tt) {
         const int64_t seen = pos0 + t0 + tt + 1;
+        const int64_t first = x.window > 0 ? std::max<int64_t>(0, seen - x.window) : 0;  // the window's first position
         for (int64_t hh = 0; hh < G; ++hh) {
             float *s = scores + (tt * G + hh) * n_kv;
-            const float max = *std::max_element(s, s + seen);
-            double sum = 0.0;
-            for (int64_t j = 0; j < seen; ++j) sum += s[j] = std::exp(s[j] - max);
+            const float sink = x.sinks ? x.sinks[g * G + hh] : -INFINITY;
+            const float max = std::max(*std::max_element(s + first, s + seen), sink);
+            double sum = x.sinks ? std::exp(sink - max) : 0.0;
+            for (int64_t j = first; j < seen; ++j) sum += s[j] = std::exp(s[j] - max);
             const float inv = static_cast<float>(1.0 / sum);
-            for (int64_t j = 0; j < seen; ++j) s[j] *= inv;
+            std::fill_n(s, first, 0.0f);  // outside the window
+            for (int64_t j = first; j < seen; ++j) s[j] *= inv;
             std::fill_n(out + ((row0 + tt) * H + g * G + hh) * Dv, Dv, 0.0f);
         }
     }
     for (int64_t j = 0; j < n_kv; ++j) {
         const size_t in_block = static_cast<size_t>(j % block_positions_);
-        const float *vr = load_row(block_of(j) + values + in_block * v_row_bytes_, Dv, row);
+        const float *vr = v_in_k_ >= 0 ? load_row(block_of(j) + keys + in_block * k_row_bytes_, Dk, row) + v_in_k_
+                                       : load_row(block_of(j) + values + in_block * v_row_bytes_, Dv, row);
         for (int64_t tt = std::max<int64_t>(0, j - pos0 - t0); tt < tb; ++tt)
             for (int64_t hh = 0; hh < G; ++hh)
                 vk_->axpy(scores[(tt * G + hh) * n_kv + j], vr, out + ((row0 + tt) * H + g * G + hh) * Dv, Dv);

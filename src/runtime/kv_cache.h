@@ -6,15 +6,17 @@
 // one-sequence user: one block covering its whole context.
 //
 // Keys and values are stored in the element type the caller chose: f16, bf16, f32, or Q8_0 blocks (32 int8 with
-// an f16 scale). Per block, layer and KV head:
+// an f16 scale). When the values are part of the keys (MLA: K = [k_pe ; c_kv], V = c_kv) only the keys are
+// stored. Per block, layer and KV head:
 //   - f16 / bf16 / f32: keys in tiles of 16 positions, transposed ([block/16][Dk][16]), values as rows
 //     ([block][Dv]): the layout of the tiled attention kernel (backends/cpu/attention_kernels.h), which runs
 //     Q·Kᵀ as a small GEMM and the softmax online, one tile at a time;
 //   - Q8_0: keys and values as rows of blocks, read by a generic path (rows converted to f32, dot and axpy).
 //
 // Attention is computed in f32 whatever the cache type: scores = kq_scale · q·k, causal mask (a query at position
-// p sees positions 0..p of its own sequence), softmax, weighted sum of values. GQA: query head h reads KV head
-// h / (H / Hkv). Work is split into tasks of one sequence, one KV head and a block of its queries (all the query
+// p sees positions 0..p of its own sequence, or only the last `window` of them), softmax (with an optional sink
+// logit per head in the denominator), weighted sum of values. Every position is kept, also for sliding-window
+// layers. GQA: query head h reads KV head h / (H / Hkv). Work is split into tasks of one sequence, one KV head and a block of its queries (all the query
 // heads sharing the KV head), run in parallel over the whole batch; each cached tile or row is converted once per
 // task.
 #pragma once
@@ -52,6 +54,8 @@ public:
     int64_t max_positions() const { return max_positions_; }
     uint64_t block_bytes() const { return block_bytes_; }
     uint64_t bytes() const { return block_bytes_ * static_cast<uint64_t>(n_blocks_); }
+    // Keys and values of one position, all layers (MLA: the latent once, see HParams::v_in_k).
+    uint64_t bytes_per_position() const { return block_bytes_ / static_cast<uint64_t>(block_positions_); }
 
     // One sequence's rows of a batch.
     struct Segment {
@@ -62,11 +66,12 @@ public:
     };
 
     // Writes every segment's keys and values (k: [T, Hkv, Dk], v: [T, Hkv, Dv], rows as in the batch) at its
-    // positions, then computes each row's attention over its sequence's positions [0, pos0 + t]:
-    // q [T, H, Dk] -> out [T, H, Dv]. Preconditions: the block tables cover positions [0, pos0 + n_tokens) with
+    // positions, then computes each row's attention over its sequence's positions [0, pos0 + t] (window > 0:
+    // [pos0 + t - window + 1, pos0 + t]): q [T, H, Dk] -> out [T, H, Dv]. sinks: [H] extra softmax logits, or
+    // null. Preconditions: the block tables cover positions [0, pos0 + n_tokens) with
     // ids < n_blocks(); pos0 + n_tokens <= max_positions(); pool.size() <= n_threads given to create().
     void attend(int64_t layer, const Segment *segments, int64_t n_segments, const float *q, const float *k,
-                const float *v, float *out, ThreadPool &pool);
+                const float *v, int64_t window, const float *sinks, float *out, ThreadPool &pool);
 
 private:
     bool tiled() const { return type_ != KT_TYPE_Q8_0; }
@@ -82,10 +87,14 @@ private:
     const float *load_row(const uint8_t *src, int64_t n, float *buffer) const;
 
     // Queries t0 .. t0+tb-1 of a segment, all query heads of KV head g.
-    void attend_tiled(const Segment &seg, int64_t layer, int64_t g, int64_t t0, int64_t tb, const float *q, float *out,
-                      float *scratch, int thread);
-    void attend_rows(const Segment &seg, int64_t layer, int64_t g, int64_t t0, int64_t tb, const float *q, float *out,
-                     float *scratch);
+    struct Extras {
+        int64_t window;
+        const float *sinks;
+    };
+    void attend_tiled(const Segment &seg, int64_t layer, int64_t g, int64_t t0, int64_t tb, const float *q,
+                      const Extras &x, float *out, float *scratch, int thread);
+    void attend_rows(const Segment &seg, int64_t layer, int64_t g, int64_t t0, int64_t tb, const float *q,
+                     const Extras &x, float *out, float *scratch);
 
     int32_t type_ = 0;
     cpu::KvElem elem_ = cpu::KvElem::kF16;
@@ -95,6 +104,7 @@ private:
     int64_t n_layer_ = 0, n_head_ = 0, hkv_ = 0, dk_ = 0, dv_ = 0;
     int64_t block_positions_ = 0, n_blocks_ = 0, max_positions_ = 0;
     size_t k_row_bytes_ = 0, v_row_bytes_ = 0;      // Q8_0 rows
+    int64_t v_in_k_ = -1;                           // >= 0: values are key dims from here, not stored apart
     size_t k_block_bytes_ = 0, v_block_bytes_ = 0;  // one layer's KV head in one block
     uint64_t block_bytes_ = 0;
     float kq_scale_ = 1.0f;
@@ -104,6 +114,7 @@ private:
     int64_t scratch_per_thread_ = 0;
     std::vector<float> scratch_;
     std::vector<int32_t> visible_;      // [threads][rows of a block]
+    std::vector<float> row_sinks_;      // [threads][rows of a block]
     std::vector<int64_t> task_begin_;   // [n_segments + 1]: the first attention task of each segment
 };
 

@@ -196,6 +196,12 @@ TEST_CASE("context: bad calls get a status and leave the sequence as it was") {
     const kt_context *none = nullptr;
     CHECK(kt_context_n_vocab(none) == 0);
     kt_context_free(nullptr);
+    uint64_t kv_total = 0, kv_per_position = 0;
+    CHECK(kt_context_kv_size(none, &kv_total, &kv_per_position) == KT_STATUS_INVALID_ARGUMENT);
+    REQUIRE(kt_context_kv_size(c.ctx, &kv_total, nullptr) == KT_STATUS_OK);
+    REQUIRE(kt_context_kv_size(c.ctx, nullptr, &kv_per_position) == KT_STATUS_OK);
+    CHECK(kv_per_position > 0);
+    CHECK(kv_total >= 16 * kv_per_position);  // every one of the 16 positions has room (tiles may round up)
 
     const int32_t bad[] = {3, 64, 5};
     CHECK(kt_context_decode(c.ctx, bad, 3, KT_LOGITS_ALL) == KT_STATUS_INVALID_ARGUMENT);

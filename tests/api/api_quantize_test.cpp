@@ -18,7 +18,7 @@ uint64_t size_of_rows(int32_t type, int64_t rows, int64_t n) {
 TEST_CASE("api: kt_type_can_quantize and kt_type_can_dequantize") {
     const int32_t quantizable[] = {KT_TYPE_F32,  KT_TYPE_F16,  KT_TYPE_BF16, KT_TYPE_Q4_0,   KT_TYPE_Q4_1,  KT_TYPE_Q5_0,
                                    KT_TYPE_Q5_1, KT_TYPE_Q8_0, KT_TYPE_Q8_1, KT_TYPE_Q2_K,   KT_TYPE_Q3_K,  KT_TYPE_Q4_K,
-                                   KT_TYPE_Q5_K, KT_TYPE_Q6_K, KT_TYPE_Q8_K, KT_TYPE_IQ4_NL, KT_TYPE_IQ4_XS};
+                                   KT_TYPE_Q5_K, KT_TYPE_Q6_K, KT_TYPE_Q8_K, KT_TYPE_IQ4_NL, KT_TYPE_IQ4_XS, KT_TYPE_MXFP4};
     int count = 0;
     for (int32_t type = -1; type < 64; ++type) {
         INFO("type " << type);
@@ -28,7 +28,7 @@ TEST_CASE("api: kt_type_can_quantize and kt_type_can_dequantize") {
         count += kt_type_can_quantize(type);
         if (kt_type_name(type) == nullptr) CHECK(kt_type_can_dequantize(type) == 0);
     }
-    CHECK(count == 17);
+    CHECK(count == 18);
     for (int32_t type : {KT_TYPE_I8, KT_TYPE_I16, KT_TYPE_I32, KT_TYPE_I64, KT_TYPE_F64, KT_TYPE_Q4_K})
         CHECK(kt_type_can_dequantize(type) == 1);
 }

@@ -84,6 +84,41 @@ TEST_CASE("kt-synth writes models of every architecture that kt runs") {
     CHECK(tensor_types(mixtral).count("blk.1.ffn_down_exps.weight") == 1);
 }
 
+TEST_CASE("kt-synth presets of the 2026 MoE families run in kt-run and kt-bench, at any layer count") {
+    kt::test::TempDir dir;
+    // The released shapes cut down for CI (hidden, experts and vocabulary shrunk; each family's structure kept:
+    // MLA dims, q LoRA or not, biases, q/k norms, NextN, sliding windows, YaRN, MXFP4 experts, legacy attn_kv_b).
+    const std::string small = " --layers 2 --hidden 256 --expert-ff 64 --experts 16 --ff 128 --vocab 512 --heads 4";
+    struct P {
+        const char *preset, *extra;
+    };
+    for (const P &p : {P{"glm-4.5-air", " --heads-kv 2"}, P{"glm-4.6", " --heads-kv 2"}, P{"gpt-oss-20b", " --heads-kv 2"},
+                       P{"gpt-oss-120b", " --heads-kv 2 --layers 3"}, P{"kimi-k2", ""}, P{"deepseek-v3", ""},
+                       P{"deepseek-v2-lite", ""}, P{"deepseek-v3", " --legacy-kv-b"}, P{"deepseek-v2-lite", " --legacy-kv-b"}}) {
+        INFO(p.preset << p.extra);
+        const std::string out = dir.file(std::string(p.preset) + ".gguf");
+        const kt::test::ProgramRun synth = run(KT_SYNTH_EXE, "-o " + out + " --preset " + p.preset + small + p.extra);
+        INFO(synth.all());
+        REQUIRE(synth.exit_code == 0);
+        const auto types = tensor_types(out);
+        if (std::string(p.preset).rfind("gpt-oss", 0) == 0) {  // as released: experts MXFP4, other matrices Q8_0
+            CHECK(types.at("blk.1.ffn_down_exps.weight") == KT_TYPE_MXFP4);
+            CHECK(types.at("blk.1.attn_q.weight") == KT_TYPE_Q8_0);
+            CHECK(types.count("blk.1.attn_sinks.weight") == 1);
+        }
+        if (std::string(p.preset).rfind("glm", 0) == 0) CHECK(types.count("blk.1.attn_q.bias") == 1);
+        CHECK(types.count("blk.1.attn_kv_b.weight") == (std::string(p.extra) == " --legacy-kv-b" ? 1u : 0u));
+        const kt::test::ProgramRun gen = run(KT_RUN_EXE, "-m " + out + " --tokens 1,2,3,4,5 -n 6 -t 2");
+        INFO(gen.all());
+        CHECK(gen.exit_code == 0);
+        CHECK(gen.all().find("generated: 6 tokens") != std::string::npos);
+        const kt::test::ProgramRun bench = run(KT_BENCH_EXE, "-m " + out + " -p 8 -n 2 -r 1 -t 2 --roofline-mib 16");
+        INFO(bench.all());
+        CHECK(bench.exit_code == 0);
+        CHECK(bench.all().find("bytes per token of context") != std::string::npos);
+    }
+}
+
 TEST_CASE("kt-synth: the Q4_K_M mix, the seed, tied heads and bad arguments") {
     kt::test::TempDir dir;
     // A MoE model with 8 experts and 256-wide rows (K-quants fit): Q8_0 attn_k/attn_v, Q5_K attn_output, Q6_K head,

@@ -30,7 +30,7 @@ std::vector<float> read_tensor(kt_model *model, const std::string &name, kt_tens
 
 TEST_CASE("golden: dequantization matches llama.cpp bit for bit") {
     const char *types[] = {"F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
-                           "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS"};
+                           "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4"};
     size_t total_values = 0;
     for (const char *type : types) {
         const std::string path = kt::test::testdata_path(std::string("quants/") + type + ".gguf");

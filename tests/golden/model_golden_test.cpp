@@ -20,39 +20,12 @@
 #include <vector>
 
 #include "kt.h"
+#include "support/model_file.h"
 #include "support/test_support.h"
 
 namespace {
 
-struct Model {
-    kt_model *model = nullptr;
-    explicit Model(const std::string &path) {
-        kt_error err = {sizeof(kt_error), 0, {0}};
-        INFO("loading " << path);
-        REQUIRE(kt_model_load(path.c_str(), nullptr, &model, &err) == KT_STATUS_OK);
-    }
-    ~Model() { kt_model_free(model); }
-    Model(const Model &) = delete;
-    Model &operator=(const Model &) = delete;
-
-    std::vector<float> tensor(const std::string &name, kt_tensor_info *info = nullptr) const {
-        int64_t index = -1;
-        INFO("tensor " << name);
-        REQUIRE(kt_model_tensor_find(model, name.c_str(), &index) == KT_STATUS_OK);
-        kt_tensor_info local;
-        kt_tensor_info *i = info ? info : &local;
-        i->struct_size = sizeof *i;
-        REQUIRE(kt_model_tensor_info(model, index, i) == KT_STATUS_OK);
-        std::vector<float> values(i->n_elements);
-        REQUIRE(kt_model_tensor_read_f32(model, index, values.data(), values.size(), nullptr) == KT_STATUS_OK);
-        return values;
-    }
-    std::vector<int32_t> tokens(const std::string &name) const {
-        std::vector<int32_t> ids;
-        for (float f : tensor(name)) ids.push_back(static_cast<int32_t>(f));
-        return ids;
-    }
-};
+using kt::test::ModelFile;
 
 struct Context {
     kt_context *ctx = nullptr;
@@ -142,14 +115,9 @@ struct Comparison {
 // Runs one model file with one kind of kernels against one reference file under one tier.
 void check(const std::string &model_file, const std::string &ref_file, int32_t kernels, const Tier &tier) {
     const std::string dir = kt::test::testdata_path("models/");
-    Model model(dir + model_file), ref(dir + ref_file);
-    int64_t n_vocab = 0, n_seq = 0, n_gen = 0;
-    REQUIRE(kt_model_meta_get_int(ref.model, "ref.n_vocab", &n_vocab) == KT_STATUS_OK);
-    REQUIRE(kt_model_meta_get_int(ref.model, "ref.n_seq", &n_seq) == KT_STATUS_OK);
-    REQUIRE(kt_model_meta_get_int(ref.model, "ref.n_gen", &n_gen) == KT_STATUS_OK);
-    const char *ref_model = nullptr;
-    REQUIRE(kt_model_meta_get_string(ref.model, "ref.model_file", &ref_model, nullptr) == KT_STATUS_OK);
-    REQUIRE(std::string(ref_model) == model_file);
+    ModelFile model(dir + model_file), ref(dir + ref_file);
+    const int64_t n_vocab = ref.meta_int("ref.n_vocab"), n_seq = ref.meta_int("ref.n_seq"), n_gen = ref.meta_int("ref.n_gen");
+    REQUIRE(ref.meta_string("ref.model_file") == model_file);
 
     Context ctx(model.model, kernels, tier.kv_type);
     REQUIRE(kt_context_n_vocab(ctx.ctx) == n_vocab);
@@ -239,3 +207,5 @@ TEST_CASE("golden logits: qwen3") { check_model("qwen3", {"q8_0"}); }
 TEST_CASE("golden logits: qwen2moe") { check_model("qwen2moe", {"q8_0"}); }
 TEST_CASE("golden logits: qwen3moe") { check_model("qwen3moe", {"q8_0", "q4_k_m"}); }
 TEST_CASE("golden logits: deepseek2") { check_model("deepseek2", {"q8_0"}); }
+TEST_CASE("golden logits: glm4moe") { check_model("glm4moe", {"q8_0"}); }
+TEST_CASE("golden logits: gpt-oss") { check_model("gpt-oss", {"q8_0", "mxfp4_moe"}); }

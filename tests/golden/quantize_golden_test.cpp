@@ -1,7 +1,7 @@
 // Golden quantization: shared/testdata/quants/<TYPE>.gguf holds, for each tensor tN, the f32 input (tN.src) and the
 // bytes llama.cpp's reference quantizer made of it (tN), with its dequantization (tN.f32). See that README.
 //   - For the formats kt quantizes by ggml's rules, kt_quantize(tN.src) must equal tN byte for byte.
-//   - For the K-quants and IQ4_XS, which kt quantizes with its own search, kt's error must not exceed llama.cpp's
+//   - For the K-quants, IQ4_XS and MXFP4, which kt quantizes with its own search, kt's error must not exceed llama.cpp's
 //     on any row (the relative RMS error of dequantize(quantize(src)) against src).
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -101,8 +101,8 @@ TEST_CASE("golden: quantizers with ggml's rules reproduce llama.cpp's bytes") {
     CHECK(rows_checked == 2 * 20 + 6 * 21);
 }
 
-TEST_CASE("golden: kt's K-quants and IQ4_XS are at least as accurate as llama.cpp's on every row") {
-    const char *types[] = {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"};
+TEST_CASE("golden: kt's K-quants, IQ4_XS and MXFP4 are at least as accurate as llama.cpp's on every row") {
+    const char *types[] = {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "MXFP4"};
     for (const char *type : types) {
         Golden g;
         open_golden(type, &g);

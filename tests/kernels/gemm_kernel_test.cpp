@@ -268,6 +268,11 @@ TEST_CASE("gemm kernels: K-quants and IQ4_XS as stored") {
     check_case({KT_TYPE_IQ4_XS, moe::TargetFormat::kAsSource, 0, {256, 512}}, 54);
 }
 
+TEST_CASE("gemm kernels: MXFP4 as stored (gpt-oss experts), awkward K and N included") {
+    // K = 32 and 96 leave most of a 128-K nibble tile as padding; 70 rows leave a ragged last panel.
+    check_case({KT_TYPE_MXFP4, moe::TargetFormat::kAsSource, 0, {32, 96, 160, 256, 2880}}, 55);
+}
+
 TEST_CASE("gemm kernels: other GGUF types converted to INT8 and BF16") {
     check_case({KT_TYPE_Q4_K, moe::TargetFormat::kInt8, 0, {256}}, 61);
     check_case({KT_TYPE_Q3_K, moe::TargetFormat::kBf16, 0, {256}}, 62);

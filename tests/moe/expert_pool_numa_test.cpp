@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "moe/expert_pool.h"
 #include "moe_test_support.h"
 #include "support/test_support.h"
 
@@ -102,4 +103,78 @@ TEST_CASE("numa: a pool on the second node only") {
     const std::vector<float> x = random_normal(static_cast<size_t>(5 * 64), 24);
     CHECK(normalized_error(run_forward(pool, x, r), emulated_reference(w, x, r, nullptr, false)) < kEmulatedBound);
     kt_expert_pool_free(pool);
+}
+
+// gpt-oss's experts: MXFP4 weights, per-expert biases on gate, up and down, and the clamped SwiGLU (the pool's
+// internal config; kt.h has no biases). Sharded, the gate/up biases follow each shard's rows and the down bias is
+// added by one group only: the result must equal the single group's and a double-precision reference.
+TEST_CASE("numa: expert biases and the clamped SwiGLU, sharded and not") {
+    constexpr int64_t E = 4, H = 64, I = 96, T = 5, K = 2;
+    const ExpertWeights w = make_experts(KT_TYPE_MXFP4, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, E, H, I, 31);
+    const std::vector<float> gate_bias = random_normal(E * I, 32, 0.5f), up_bias = random_normal(E * I, 33, 0.5f);
+    const std::vector<float> down_bias = random_normal(E * H, 34, 0.5f), x = random_normal(T * H, 35, 1.0f);
+    const std::vector<int32_t> ids = {0, 3, 1, 2, 3, 0, 2, -1, 1, 1};
+    const std::vector<float> weights = {0.7f, 0.3f, 0.5f, 0.5f, 0.9f, 0.1f, 1.0f, 0.0f, 0.4f, 0.6f};
+    auto run = [&](moe::NumaPolicy numa, int *groups) {
+        moe::ExpertPoolConfig c;
+        c.n_experts = E;
+        c.hidden = H;
+        c.intermediate = I;
+        c.max_tokens = T;
+        c.numa = numa;
+        c.private_threads = true;
+        c.swiglu = {7.0f, 1.702f};
+        c.gate_bias = gate_bias;
+        c.up_bias = up_bias;
+        c.down_bias = down_bias;
+        std::unique_ptr<moe::ExpertPool> pool;
+        REQUIRE(moe::ExpertPool::create(c, &pool).is_ok());
+        moe::MatrixSource g, u, d;
+        REQUIRE(moe::make_source(KT_TYPE_MXFP4, w.gate.data(), E * I, H, &g).is_ok());
+        REQUIRE(moe::make_source(KT_TYPE_MXFP4, w.up.data(), E * I, H, &u).is_ok());
+        REQUIRE(moe::make_source(KT_TYPE_MXFP4, w.down.data(), E * H, I, &d).is_ok());
+        REQUIRE(pool->load(g, u, d).is_ok());
+        *groups = pool->info().groups;
+        std::vector<float> out(T * H);
+        moe::ForwardArgs a;
+        a.n_tokens = T;
+        a.top_k = K;
+        a.input = x.data();
+        a.ids = ids.data();
+        a.weights = weights.data();
+        a.output = out.data();
+        REQUIRE(pool->forward(a).is_ok());
+        return out;
+    };
+    int sharded_groups = 0, single_groups = 0;
+    const std::vector<float> sharded = run(moe::NumaPolicy::kAuto, &sharded_groups);
+    const std::vector<float> single = run(moe::NumaPolicy::kOff, &single_groups);
+    CHECK(sharded_groups == 2);
+    CHECK(single_groups == 1);
+    CHECK(max_relative_difference(sharded, single) < 1e-5);
+    // The definition in double, on the dequantized weights and unquantized activations.
+    std::vector<double> ref(T * H, 0.0);
+    for (int64_t t = 0; t < T; ++t)
+        for (int64_t j = 0; j < K; ++j) {
+            const int32_t e = ids[t * K + j];
+            if (e < 0) continue;
+            std::vector<double> h(I);
+            for (int64_t i = 0; i < I; ++i) {
+                double gv = gate_bias[e * I + i], uv = up_bias[e * I + i];
+                for (int64_t k = 0; k < H; ++k) {
+                    gv += double(w.gate_f[(e * I + i) * H + k]) * x[t * H + k];
+                    uv += double(w.up_f[(e * I + i) * H + k]) * x[t * H + k];
+                }
+                gv = std::min(gv, 7.0);
+                uv = std::min(std::max(uv, -7.0), 7.0);
+                h[i] = gv / (1.0 + std::exp(-1.702 * gv)) * (uv + 1.0);
+            }
+            for (int64_t k = 0; k < H; ++k) {
+                double y = down_bias[e * H + k];
+                for (int64_t i = 0; i < I; ++i) y += double(w.down_f[(e * H + k) * I + i]) * h[i];
+                ref[t * H + k] += weights[t * K + j] * y;
+            }
+        }
+    const std::vector<float> ref_f(ref.begin(), ref.end());
+    CHECK(max_relative_difference(sharded, ref_f) < 0.05);  // int8 activations and intermediates
 }

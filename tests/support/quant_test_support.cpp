@@ -60,6 +60,9 @@ std::vector<uint8_t> random_gguf_rows(int32_t type, int64_t rows, int64_t cols, 
             case KT_TYPE_Q6_K: put(offsetof(ref::BlockQ6_K, d), scale(0.00001f)); break;
             case KT_TYPE_IQ4_NL: put(offsetof(ref::BlockIq4Nl, d), scale(0.0005f)); break;
             case KT_TYPE_IQ4_XS: put(offsetof(ref::BlockIq4Xs, d), scale(0.00002f)); break;
+            // MXFP4: exponent bytes around 2^-8 (values up to 12 · 2^-5), and one block in 16 with the subnormal
+            // scales of e = 0, 1 and the smallest normal one, which a kernel must decode exactly too.
+            case KT_TYPE_MXFP4: p[0] = static_cast<uint8_t>(rng() % 16 == 0 ? rng() % 3 : 117 + rng() % 8); break;
             case KT_TYPE_Q8_K: {
                 const float d = 0.0005f * jitter(rng);
                 std::memcpy(p + offsetof(ref::BlockQ8_K, d), &d, 4);

@@ -64,9 +64,23 @@ std::vector<uint8_t> write_tiny_model(const TinyModel &spec) {
         for (int64_t d : ne) n *= static_cast<size_t>(d);
         std::vector<float> v = random_normal(n, ++seed, sigma);
         for (float &x : v) x += mean;
-        std::vector<uint8_t> bytes(n * sizeof(float));
-        std::memcpy(bytes.data(), v.data(), bytes.size());
-        w.add_tensor_bytes(name, KT_TYPE_F32, ne, std::move(bytes));
+        const gguf::TensorInfo *same = spec.copy_from ? spec.copy_from->find_tensor(name) : nullptr;
+        if (same && same->type == KT_TYPE_F32 && same->n_elements == n) std::memcpy(v.data(), same->data, n * sizeof(float));
+        int32_t type = KT_TYPE_F32;
+        for (const auto &[part, t] : spec.types)
+            if (name.find(part) != std::string::npos) type = t;
+        if (type == KT_TYPE_F32) {
+            std::vector<uint8_t> bytes(n * sizeof(float));
+            std::memcpy(bytes.data(), v.data(), bytes.size());
+            w.add_tensor_bytes(name, KT_TYPE_F32, ne, std::move(bytes));
+            return;
+        }
+        uint64_t size = 0;
+        const int64_t rows = static_cast<int64_t>(n) / ne[0];
+        REQUIRE(kt_quantize(type, v.data(), rows, ne[0], nullptr, 0, &size) == KT_STATUS_BUFFER_TOO_SMALL);
+        std::vector<uint8_t> bytes(size);
+        REQUIRE(kt_quantize(type, v.data(), rows, ne[0], bytes.data(), size, nullptr) == KT_STATUS_OK);
+        w.add_tensor_bytes(name, type, ne, std::move(bytes));
     };
     for (const model::TensorSpec &t : specs) {
         if (t.optional && t.name == "rope_freqs.weight") continue;  // other optional tensors (biases, an untied head) are written
@@ -78,15 +92,36 @@ std::vector<uint8_t> write_tiny_model(const TinyModel &spec) {
             case model::TensorSpec::Role::kVector:
                 add(t.name, t.ne, t.name.find(".bias") == std::string::npos ? 1.0f : 0.0f, 0.1f);
                 break;
-            default: add(t.name, t.ne, 0.0f, 1.0f / std::sqrt(static_cast<float>(t.ne[0]))); break;
+            default: {
+                const bool router = t.name.find("ffn_gate_inp.") != std::string::npos && spec.router_sigma > 0.0f;
+                add(t.name, t.ne, 0.0f, router ? spec.router_sigma : 1.0f / std::sqrt(static_cast<float>(t.ne[0])));
+                break;
+            }
         }
     }
     for (const auto &[name, ne] : spec.extra_tensors) add(name, ne, 0.0f, 1.0f);
+    for (const TinyModel::Values &t : spec.extra_values) {
+        std::vector<uint8_t> bytes(t.values.size() * sizeof(float));
+        std::memcpy(bytes.data(), t.values.data(), bytes.size());
+        w.add_tensor_bytes(t.name, KT_TYPE_F32, t.ne, std::move(bytes));
+    }
     std::vector<uint8_t> bytes;
     const Status written = w.write_buffer(&bytes);
     INFO(written.message());
     REQUIRE(written.is_ok());
     return bytes;
+}
+
+std::vector<float> tiny_model_values(const std::vector<uint8_t> &gguf_bytes, const std::string &name) {
+    std::unique_ptr<gguf::File> file;
+    REQUIRE(gguf::File::parse(mem::MappedFile::borrow(gguf_bytes.data(), gguf_bytes.size()), "tiny", &file).is_ok());
+    const gguf::TensorInfo *t = file->find_tensor(name);
+    INFO("tensor " << name);
+    REQUIRE(t != nullptr);
+    std::vector<float> values(t->n_elements);
+    const int64_t rows = static_cast<int64_t>(t->n_elements) / t->ne[0];
+    REQUIRE(kt_dequantize(t->type, t->data, t->n_bytes, rows, t->ne[0], values.data(), values.size()) == KT_STATUS_OK);
+    return values;
 }
 
 }  // namespace kt::test

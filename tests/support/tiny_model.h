@@ -21,7 +21,22 @@ struct TinyModel {
     // Metadata replaced after the tensors were chosen (a file whose keys contradict its tensors).
     std::vector<std::pair<std::string, gguf::Value>> keys_after_table;
     std::vector<std::pair<std::string, std::vector<int64_t>>> extra_tensors;  // f32 tensors the table does not list
+    // Tensors of the table found in this (F32) file under the same name and size take its values instead of random
+    // ones: a second layout of the same weights.
+    const gguf::File *copy_from = nullptr;
+    struct Values {
+        std::string name;
+        std::vector<int64_t> ne;
+        std::vector<float> values;
+    };
+    std::vector<Values> extra_values;  // f32 tensors with given values, added after the table's
+    float router_sigma = 0.0f;         // > 0: ffn_gate_inp's σ (default 1/√n_embd, like every projection)
+    // Tensors whose name contains `first` are stored as type `second` (kt_quantize of the f32 values) instead of F32.
+    std::vector<std::pair<std::string, int32_t>> types;
 };
+
+// The values a tensor of a tiny model holds, dequantized (its name must exist).
+std::vector<float> tiny_model_values(const std::vector<uint8_t> &gguf_bytes, const std::string &name);
 
 // The GGUF bytes (all tensors F32). Fails the calling test if the writer or the table refuses.
 std::vector<uint8_t> write_tiny_model(const TinyModel &spec);

@@ -140,10 +140,11 @@ struct Loaded {
     std::unique_ptr<Tokenizer> tokenizer;
 };
 
+// A vocabulary of shared/testdata: tokenizer/<name>.gguf, or a path under testdata given as "models/x.gguf".
 Loaded load(const std::string &name) {
     Loaded l;
     mem::MappedFile bytes;
-    const std::string path = test::testdata_path("tokenizer/" + name + ".gguf");
+    const std::string path = test::testdata_path(name.find('/') != std::string::npos ? name : "tokenizer/" + name + ".gguf");
     REQUIRE(mem::MappedFile::open(path, true, nullptr, &bytes).is_ok());
     REQUIRE(gguf::File::parse(std::move(bytes), path, &l.file).is_ok());
     REQUIRE(Tokenizer::create(*l.file, &l.tokenizer).is_ok());
@@ -234,6 +235,70 @@ TEST_CASE("chat: DeepSeek V3's own template and the deepseek3 family") {
     CHECK(chat(d, kConversation, builtin) == expected);
     CHECK(chat(d, {{"system", "A"}, {"system", "B"}, {"user", "u"}}, builtin) ==
           "A\n\nB<\xef\xbd\x9cUser\xef\xbd\x9c>u<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>");
+}
+
+// The glm4 and harmony built-ins, with the vocabularies of the shared glm4moe and gpt-oss golden models (their
+// special tokens are GLM-4.5's and gpt-oss's). The expected texts are written from the documented formats.
+TEST_CASE("chat: the glm4 family (GLM-4.5 / 4.6) with GLM's special tokens") {
+    const Loaded g = load("models/glm4moe.f32.gguf");
+    ChatOptions glm;
+    glm.template_name = "glm4";
+    const std::string expected =
+        "[gMASK]<sop><|system|>\nYou are a helpful assistant.<|user|>\nHi<|assistant|>\n<think></think>\n"
+        "Hello! How can I help?<|user|>\nTell me a joke.<|assistant|>";
+    CHECK(chat(g, kConversation, glm) == expected);
+    glm.extra_context_json = R"({"enable_thinking": false})";
+    CHECK(chat(g, {{"user", "Hi"}}, glm) == "[gMASK]<sop><|user|>\nHi/nothink<|assistant|>\n<think></think>");
+    glm.extra_context_json.clear();
+    // Reasoning is kept only after the last user turn.
+    glm.add_generation_prompt = false;
+    CHECK(chat(g, {{"user", "Q1"}, {"assistant", "<think>r1</think>A1"}, {"user", "Q2"}, {"assistant", "<think>\nr2\n</think>\nA2"}}, glm) ==
+          "[gMASK]<sop><|user|>\nQ1<|assistant|>\n<think></think>\nA1<|user|>\nQ2<|assistant|>\n<think>r2</think>\nA2");
+    // [gMASK] is the BOS but the vocabulary does not add it: it stays, and the headers are single tokens.
+    std::vector<int32_t> ids;
+    REQUIRE(g.tokenizer->tokenize(expected, true, true, &ids).is_ok());
+    const Vocab &v = g.tokenizer->vocab();
+    CHECK(ids[0] == v.bos());
+    CHECK(std::string(v.text(ids[1])) == "<sop>");
+    CHECK(std::count(ids.begin(), ids.end(), v.eot()) == 2);  // <|user|> ends a turn
+    CHECK(std::string(v.text(ids.back())) == "<|assistant|>");
+}
+
+TEST_CASE("chat: the harmony family (gpt-oss) with gpt-oss's special tokens, and <|end|> does not end generation") {
+    const Loaded o = load("models/gpt-oss.f32.gguf");
+    ChatOptions harmony;
+    harmony.template_name = "harmony";
+    harmony.extra_context_json = R"({"current_date": "2026-01-15", "reasoning_effort": "high"})";
+    const std::string expected =
+        "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+        "Knowledge cutoff: 2024-06\nCurrent date: 2026-01-15\n\nReasoning: high\n\n"
+        "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|>"
+        "<|start|>developer<|message|># Instructions\n\nYou are a helpful assistant.<|end|>"
+        "<|start|>user<|message|>Hi<|end|>"
+        "<|start|>assistant<|channel|>final<|message|>Hello! How can I help?<|end|>"
+        "<|start|>user<|message|>Tell me a joke.<|end|>"
+        "<|start|>assistant";
+    CHECK(chat(o, kConversation, harmony) == expected);
+    harmony.extra_context_json.clear();  // today's date, medium effort
+    CHECK(chat(o, {{"user", "Hi"}}, harmony).find("\n\nReasoning: medium\n\n") != std::string::npos);
+    std::vector<int32_t> ids;
+    REQUIRE(o.tokenizer->tokenize(expected, true, true, &ids).is_ok());
+    const Vocab &v = o.tokenizer->vocab();
+    int32_t start = -1, end = -1, ret = -1, call = -1;
+    for (int32_t id = 0; id < v.size(); ++id) {
+        const std::string_view t = v.text(id);
+        if (t == "<|start|>") start = id;
+        if (t == "<|end|>") end = id;
+        if (t == "<|return|>") ret = id;
+        if (t == "<|call|>") call = id;
+    }
+    CHECK(ids.front() == start);
+    CHECK(std::count(ids.begin(), ids.end(), end) == 5);
+    // llama.cpp's rule for harmony vocabularies: <|return|> and <|call|> end generation, <|end|> (between the
+    // analysis and the final message) does not.
+    CHECK(v.is_eog(ret));
+    CHECK(v.is_eog(call));
+    CHECK_FALSE(v.is_eog(end));
 }
 
 TEST_CASE("chat: the mistral family, and errors") {

@@ -71,9 +71,10 @@ public:
         return kt::Status::ok();
     }
     kt::Status make_experts(const kt::ops::MatrixStack &gate, const kt::ops::MatrixStack &up,
-                            const kt::ops::MatrixStack &down, std::unique_ptr<kt::ops::ExpertFfn> *out) const override {
+                            const kt::ops::MatrixStack &down, const kt::ops::ExpertOptions &options,
+                            std::unique_ptr<kt::ops::ExpertFfn> *out) const override {
         std::unique_ptr<kt::ops::ExpertFfn> inner;
-        KT_TRY(kt::ops::reference_kernels().make_experts(gate, up, down, &inner));
+        KT_TRY(kt::ops::reference_kernels().make_experts(gate, up, down, options, &inner));
         *out = std::make_unique<FaultyExperts>(std::move(inner), plan_);
         return kt::Status::ok();
     }
@@ -161,7 +162,7 @@ TEST_CASE("the expert engine's experts return a failed pool call instead of drop
     REQUIRE(kt::runtime::create_engine_kernels(options, &engine).is_ok());
     std::unique_ptr<kt::ops::ExpertFfn> experts;
     REQUIRE(engine->make_experts(stack(gate, I, H, E, "gate"), stack(up, I, H, E, "up"), stack(down, H, I, E, "down"),
-                                 &experts)
+                                 kt::ops::ExpertOptions(), &experts)
                 .is_ok());
     kt::ThreadPoolOptions po;
     std::unique_ptr<kt::ThreadPool> pool;

@@ -6,8 +6,9 @@
 // error on row 0 of shared/testdata/quants t0 (from that README). kt measured (all shapes here together):
 //   F16 0.00021  BF16 0.00165  Q4_0 0.0858  Q4_1 0.0782  Q5_0 0.0429  Q5_1 0.0379  Q8_0 0.00535  IQ4_NL 0.0765
 //   Q2_K 0.258   Q3_K 0.144    Q4_K 0.0695  Q5_K 0.0343  Q6_K 0.0164  IQ4_XS 0.0747  Q8_1 0.00535  Q8_K 0.0070
+//   MXFP4 0.112 (llama.cpp: 0.127 on that row, computed from shared/testdata/quants/MXFP4.gguf)
 // The 32-wide formats and IQ4_NL use ggml's exact rules (tests/golden checks llama.cpp's bytes), so on the same
-// data their errors are llama.cpp's; the K-quants and IQ4_XS are kt's own search (tests/golden checks that it is
+// data their errors are llama.cpp's; the K-quants, IQ4_XS and MXFP4 are kt's own search (tests/golden checks that it is
 // never less accurate than llama.cpp's on the golden rows).
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -37,7 +38,7 @@ const Format kFormats[] = {
     {KT_TYPE_Q4_1, 0.0815, 0.077},   {KT_TYPE_Q5_0, 0.045, 0.040},    {KT_TYPE_Q5_1, 0.0392, 0.039},
     {KT_TYPE_Q8_0, 0.0056, 0.0060},  {KT_TYPE_IQ4_NL, 0.0793, 0.077}, {KT_TYPE_Q2_K, 0.2665, 0.28},
     {KT_TYPE_Q3_K, 0.149, 0.14},     {KT_TYPE_Q4_K, 0.0723, 0.075},   {KT_TYPE_Q5_K, 0.0357, 0.035},
-    {KT_TYPE_Q6_K, 0.0169, 0.018},   {KT_TYPE_IQ4_XS, 0.0774, 0.078},
+    {KT_TYPE_Q6_K, 0.0169, 0.018},   {KT_TYPE_IQ4_XS, 0.0774, 0.078}, {KT_TYPE_MXFP4, 0.116, 0.127},
     // The activation formats.
     {KT_TYPE_Q8_1, 0.0056, 0},       {KT_TYPE_Q8_K, 0.0073, 0},
 };
@@ -45,7 +46,7 @@ const Format kFormats[] = {
 const int32_t kEveryQuantizable[] = {KT_TYPE_F32,  KT_TYPE_F16,  KT_TYPE_BF16, KT_TYPE_Q4_0, KT_TYPE_Q4_1,
                                      KT_TYPE_Q5_0, KT_TYPE_Q5_1, KT_TYPE_Q8_0, KT_TYPE_Q8_1, KT_TYPE_IQ4_NL,
                                      KT_TYPE_Q2_K, KT_TYPE_Q3_K, KT_TYPE_Q4_K, KT_TYPE_Q5_K, KT_TYPE_Q6_K,
-                                     KT_TYPE_Q8_K, KT_TYPE_IQ4_XS};
+                                     KT_TYPE_Q8_K, KT_TYPE_IQ4_XS, KT_TYPE_MXFP4};
 
 const TypeTraits &traits(int32_t type) { return *kt::ops::type_traits(type); }
 

@@ -26,24 +26,28 @@ std::unique_ptr<kt::ThreadPool> make_pool(int n) {
     return pool;
 }
 
-// Causal GQA attention in double, straight from the definition.
+// Causal GQA attention in double, straight from the definition; with a window, query t sees t - window + 1 .. t
+// only; with sinks, head h's softmax denominator has one more term e^sinks[h].
 std::vector<double> naive_attention(const std::vector<float> &q, const std::vector<float> &k, const std::vector<float> &v,
-                                    int64_t T, int64_t H, int64_t Hkv, int64_t Dk, int64_t Dv, float scale) {
+                                    int64_t T, int64_t H, int64_t Hkv, int64_t Dk, int64_t Dv, float scale,
+                                    int64_t window = 0, const float *sinks = nullptr) {
     std::vector<double> out(static_cast<size_t>(T * H * Dv), 0.0);
     for (int64_t t = 0; t < T; ++t)
         for (int64_t h = 0; h < H; ++h) {
             const int64_t g = h / (H / Hkv);
-            std::vector<double> s(static_cast<size_t>(t + 1));
-            for (int64_t j = 0; j <= t; ++j) {
+            const int64_t first = window > 0 ? std::max<int64_t>(0, t - window + 1) : 0;
+            std::vector<double> s(static_cast<size_t>(t + 1 - first));
+            for (int64_t j = first; j <= t; ++j) {
                 double d = 0;
                 for (int64_t i = 0; i < Dk; ++i) d += double(q[(t * H + h) * Dk + i]) * k[(j * Hkv + g) * Dk + i];
-                s[j] = d * scale;
+                s[j - first] = d * scale;
             }
-            const double m = *std::max_element(s.begin(), s.end());
-            double sum = 0;
+            double m = *std::max_element(s.begin(), s.end());
+            if (sinks) m = std::max(m, double(sinks[h]));
+            double sum = sinks ? std::exp(sinks[h] - m) : 0.0;
             for (double &x : s) sum += x = std::exp(x - m);
-            for (int64_t j = 0; j <= t; ++j)
-                for (int64_t i = 0; i < Dv; ++i) out[(t * H + h) * Dv + i] += s[j] / sum * v[(j * Hkv + g) * Dv + i];
+            for (int64_t j = first; j <= t; ++j)
+                for (int64_t i = 0; i < Dv; ++i) out[(t * H + h) * Dv + i] += s[j - first] / sum * v[(j * Hkv + g) * Dv + i];
         }
     return out;
 }
@@ -120,7 +124,7 @@ TEST_CASE("attention over the paged KV cache equals the definition, whatever the
                     append(bv, v_other, sh.Hkv * sh.Dv);
                     std::vector<float> bo(size_t(2 * n * sh.H * sh.Dv));
                     const kt::runtime::KvCache::Segment only_a{table_a, t0, 0, n};
-                    cache.attend(1, &only_a, 1, bq.data(), bk.data(), bv.data(), other.data(), *pool);
+                    cache.attend(1, &only_a, 1, bq.data(), bk.data(), bv.data(), 0, nullptr, other.data(), *pool);
                     bk.clear();
                     bv.clear();
                     append(bk, k, sh.Hkv * sh.Dk);
@@ -128,7 +132,7 @@ TEST_CASE("attention over the paged KV cache equals the definition, whatever the
                     append(bv, v, sh.Hkv * sh.Dv);
                     append(bv, v_other, sh.Hkv * sh.Dv);
                     const kt::runtime::KvCache::Segment both[] = {{table_a, t0, 0, n}, {table_b, t0, n, n}};
-                    cache.attend(0, both, 2, bq.data(), bk.data(), bv.data(), bo.data(), *pool);
+                    cache.attend(0, both, 2, bq.data(), bk.data(), bv.data(), 0, nullptr, bo.data(), *pool);
                     const size_t width = size_t(sh.H * sh.Dv);
                     std::copy_n(bo.begin(), n * width, out_a.begin() + t0 * width);
                     std::copy_n(bo.begin() + n * width, n * width, out_b.begin() + t0 * width);
@@ -145,6 +149,129 @@ TEST_CASE("attention over the paged KV cache equals the definition, whatever the
             }
         }
     }
+    }
+    kt::cpu::set_max_isa_level(cap);
+}
+
+// One sequence in a cache of 16-position blocks (block i holds positions 16i..16i+15): attention in several steps
+// then crosses block boundaries.
+struct OneSequenceCache {
+    kt::runtime::KvCache cache;
+    std::vector<int32_t> table;
+
+    bool create(const kt::model::HParams &hp, int64_t n_ctx, int32_t type, int threads) {
+        kt::runtime::KvCache::Config config;
+        config.type = type;
+        config.block_positions = 16;
+        config.n_blocks = (n_ctx + 15) / 16;
+        config.max_positions = n_ctx;
+        config.n_threads = threads;
+        table.resize(size_t(config.n_blocks));
+        std::iota(table.begin(), table.end(), 0);
+        return kt::runtime::KvCache::create(hp, config, &cache).is_ok();
+    }
+    void attend(int64_t layer, int64_t pos0, int64_t n, const float *q, const float *k, const float *v, int64_t window,
+                const float *sinks, float *out, kt::ThreadPool &pool) {
+        const kt::runtime::KvCache::Segment segment{table.data(), pos0, 0, n};
+        cache.attend(layer, &segment, 1, q, k, v, window, sinks, out, pool);
+    }
+};
+
+TEST_CASE("attention with a sliding window and sinks equals the definition, on every ISA level and cache type") {
+    auto pool = make_pool(2);
+    const kt::cpu::IsaLevel cap = kt::cpu::max_isa_level();
+    struct Shape {
+        int64_t H, Hkv, D, T, window;
+    };
+    for (kt::cpu::IsaLevel level : {kt::cpu::IsaLevel::kScalar, kt::cpu::IsaLevel::kAvx2, kt::cpu::IsaLevel::kAvx512}) {
+        if (level > kt::cpu::host_isa_level()) continue;
+        kt::cpu::set_max_isa_level(level);
+        for (const Shape sh : {Shape{4, 2, 32, 45, 16}, Shape{2, 1, 64, 40, 1}, Shape{3, 3, 32, 20, 7}, Shape{4, 2, 32, 33, 64}}) {
+            INFO(kt::cpu::isa_level_name(level) << ": H " << sh.H << " Hkv " << sh.Hkv << " T " << sh.T << " window " << sh.window);
+            kt::model::HParams hp;
+            hp.n_layer = 1;
+            hp.n_head = sh.H;
+            hp.n_head_kv = sh.Hkv;
+            hp.head_dim_k = hp.head_dim_v = sh.D;
+            hp.kq_scale = 1.0f / std::sqrt(float(sh.D));
+            const auto q = kt::test::random_normal(size_t(sh.T * sh.H * sh.D), 31, 2.0f);
+            const auto k = kt::test::random_normal(size_t(sh.T * sh.Hkv * sh.D), 32);
+            const auto v = kt::test::random_normal(size_t(sh.T * sh.Hkv * sh.D), 33);
+            const auto sinks = kt::test::random_normal(size_t(sh.H), 34, 2.0f);
+            for (const float *sink : {static_cast<const float *>(nullptr), sinks.data()}) {
+                const std::vector<double> expected =
+                    naive_attention(q, k, v, sh.T, sh.H, sh.Hkv, sh.D, sh.D, hp.kq_scale, sh.window, sink);
+                for (int32_t type : {KT_TYPE_F32, KT_TYPE_F16, KT_TYPE_Q8_0}) {
+                    for (int64_t step : {sh.T, int64_t(1), int64_t(6)}) {
+                        INFO("sinks " << (sink != nullptr) << ", type " << kt_type_name(type) << ", step " << step);
+                        OneSequenceCache cache;
+                        REQUIRE(cache.create(hp, 80, type, pool->size()));
+                        std::vector<float> out(size_t(sh.T * sh.H * sh.D));
+                        for (int64_t t0 = 0; t0 < sh.T; t0 += step) {
+                            const int64_t n = std::min(step, sh.T - t0);
+                            cache.attend(0, t0, n, q.data() + t0 * sh.H * sh.D, k.data() + t0 * sh.Hkv * sh.D,
+                                         v.data() + t0 * sh.Hkv * sh.D, sh.window, sink, out.data() + t0 * sh.H * sh.D, *pool);
+                        }
+                        double worst = 0, scale = 0;
+                        for (size_t i = 0; i < out.size(); ++i) {
+                            worst = std::max(worst, std::fabs(out[i] - expected[i]));
+                            scale = std::max(scale, std::fabs(expected[i]));
+                        }
+                        CHECK(worst / scale < (type == KT_TYPE_F32 ? 1e-5 : type == KT_TYPE_F16 ? 3e-3 : 3e-2));
+                    }
+                }
+            }
+        }
+    }
+    kt::cpu::set_max_isa_level(cap);
+}
+
+TEST_CASE("attention whose values are part of the keys (MLA's latent) stores them once and equals the definition") {
+    auto pool = make_pool(2);
+    const kt::cpu::IsaLevel cap = kt::cpu::max_isa_level();
+    for (kt::cpu::IsaLevel level : {kt::cpu::IsaLevel::kScalar, kt::cpu::IsaLevel::kAvx2, kt::cpu::IsaLevel::kAvx512}) {
+        if (level > kt::cpu::host_isa_level()) continue;
+        kt::cpu::set_max_isa_level(level);
+        // One KV head of [rope 16 ; latent 64] (Dk 80, Dv 64), or [rope 32 ; latent 64] (both multiples of 32, so
+        // that the Q8_0 cache can hold it).
+        for (const int64_t rope : {int64_t(16), int64_t(32)}) {
+            kt::model::HParams hp;
+            hp.n_layer = 2;
+            hp.n_head = 4;
+            hp.n_head_kv = 1;
+            hp.head_dim_v = 64;
+            hp.head_dim_k = rope + 64;
+            hp.v_in_k = rope;
+            hp.kq_scale = 0.1f;
+            const int64_t T = 37, Dk = hp.head_dim_k, Dv = hp.head_dim_v;
+            const auto q = kt::test::random_normal(size_t(T * 4 * Dk), 41);
+            const auto k = kt::test::random_normal(size_t(T * Dk), 42);
+            std::vector<float> v(size_t(T * Dv));
+            for (int64_t t = 0; t < T; ++t) std::copy_n(k.begin() + t * Dk + rope, Dv, v.begin() + t * Dv);
+            const std::vector<double> expected = naive_attention(q, k, v, T, 4, 1, Dk, Dv, hp.kq_scale);
+            for (int32_t type : {KT_TYPE_F32, KT_TYPE_F16, KT_TYPE_Q8_0}) {
+                if (type == KT_TYPE_Q8_0 && Dk % 32 != 0) continue;
+                INFO(kt::cpu::isa_level_name(level) << " rope " << rope << " type " << kt_type_name(type));
+                OneSequenceCache cache;
+                REQUIRE(cache.create(hp, 64, type, pool->size()));
+                const uint64_t key_row = type == KT_TYPE_F32 ? 4 * Dk : type == KT_TYPE_F16 ? 2 * Dk : Dk / 32 * 34;
+                CHECK(cache.cache.bytes_per_position() == 2 * key_row);  // two layers, keys only
+                std::vector<float> out(size_t(T * 4 * Dv));
+                for (int64_t t0 = 0; t0 < T; t0 += 10) {
+                    const int64_t n = std::min<int64_t>(10, T - t0);
+                    // The values argument is ignored: pass garbage to prove it.
+                    const std::vector<float> garbage(size_t(n * Dv), 1e30f);
+                    cache.attend(1, t0, n, q.data() + t0 * 4 * Dk, k.data() + t0 * Dk, garbage.data(), 0, nullptr,
+                                 out.data() + t0 * 4 * Dv, *pool);
+                }
+                double worst = 0, scale = 0;
+                for (size_t i = 0; i < out.size(); ++i) {
+                    worst = std::max(worst, std::fabs(out[i] - expected[i]));
+                    scale = std::max(scale, std::fabs(expected[i]));
+                }
+                CHECK(worst / scale < (type == KT_TYPE_F32 ? 1e-5 : type == KT_TYPE_F16 ? 3e-3 : 3e-2));
+            }
+        }
     }
     kt::cpu::set_max_isa_level(cap);
 }
@@ -222,7 +349,7 @@ TEST_CASE("RoPE scaling: linear divides positions, YaRN extrapolates fast dims a
     CHECK(cs[2] == Approx(std::cos(1000.0 * 0.01 / 4)).margin(1e-5));
 }
 
-TEST_CASE("MoE routing: softmax top-k with and without renormalisation, sigmoid with bias and groups") {
+TEST_CASE("MoE routing: softmax top-k with and without renormalisation, sigmoid with bias and groups, softmax over the chosen") {
     std::vector<float> logits = {0.5f, 2.0f, -1.0f, 1.5f, 0.0f, 3.0f};
     int32_t ids[2];
     float w[2];
@@ -266,6 +393,22 @@ TEST_CASE("MoE routing: softmax top-k with and without renormalisation, sigmoid 
     kt::ops::route(p, l.data(), 1, ids, w);
     CHECK(ids[0] == 2);
     CHECK(ids[1] == 3);
+
+    // Softmax over the chosen (gpt-oss): the top-k logits, weights = their softmax alone.
+    p = kt::ops::RoutingParams();
+    p.gating = kt::ops::Gating::kSoftmaxWeight;
+    p.n_expert = 6;
+    p.k = 3;
+    int32_t ids3[3];
+    float w3[3];
+    l = logits;
+    kt::ops::route(p, l.data(), 1, ids3, w3);
+    CHECK(ids3[0] == 5);
+    CHECK(ids3[1] == 1);
+    CHECK(ids3[2] == 3);
+    const double z3 = std::exp(3.0) + std::exp(2.0) + std::exp(1.5);
+    CHECK(w3[0] == Approx(std::exp(3.0) / z3));
+    CHECK(w3[2] == Approx(std::exp(1.5) / z3));
 }
 
 TEST_CASE("sampler: greedy, filters, penalties and seeded draws") {

@@ -159,6 +159,33 @@ TEST_CASE("DEEPSEEK3 pre-tokenizer: digits, CJK runs, then the main pattern") {
     CHECK(split(p, "a + b") == V{"a", " +", " b"});
 }
 
+// The splits below are derived by hand from the regex rules (pretokenize.cpp states them), not taken from
+// llama.cpp's output: there is no llama.cpp on this machine to produce independent expected ids.
+TEST_CASE("GLM4 pre-tokenizer: cl100k's pattern, as LLAMA3's") {
+    const auto p = PreTokenizer::kGlm4;
+    CHECK(split(p, "Hello world 1234!!\n") == V{"Hello", " world", " ", "123", "4", "!!\n"});
+    CHECK(split(p, "I'm HE'S") == V{"I", "'m", " HE", "'S"});
+    CHECK(split(p, "(x) \n\n y") == V{"(x", ")", " \n\n", " y"});
+}
+
+TEST_CASE("GPT4O pre-tokenizer (gpt-oss): case runs with contractions attached, 3-digit numbers, slashes") {
+    const auto p = PreTokenizer::kGpt4o;
+    CHECK(split(p, "Hello World") == V{"Hello", " World"});
+    CHECK(split(p, "HELLOworld foo") == V{"HELLOworld", " foo"});  // U*L+: the capitals run into the lower case
+    CHECK(split(p, "helloWORLD") == V{"hello", "WORLD"});           // L+ stops at capitals; U+ takes them
+    CHECK(split(p, "don't stop") == V{"don't", " stop"});           // the contraction stays with its word
+    CHECK(split(p, "I'M HERE") == V{"I'M", " HERE"});
+    CHECK(split(p, "12345") == V{"123", "45"});
+    CHECK(split(p, "a+b") == V{"a", "+b"});                         // any non-letter, non-digit char leads a word
+    CHECK(split(p, "path/to\n/x") == V{"path", "/to", "\n", "/x"});
+    CHECK(split(p, "x +/\n/") == V{"x", " +/\n/"});                // newlines and slashes end a symbol run
+    CHECK(split(p, "  hi") == V{" ", " hi"});
+    CHECK(split(p, "it'") == V{"it", "'"});                        // a lone apostrophe at the end: no contraction
+    // llama.cpp's adaptation: non-ASCII letters count as both cases, so an accented capital stands alone before
+    // ASCII capitals, and joins ASCII lower case.
+    CHECK(split(p, "\xc3\x89" "COLE \xc3\xa9" "cole") == V{"\xc3\x89", "COLE", " \xc3\xa9" "cole"});
+}
+
 TEST_CASE("default BPE pre-tokenizer (missing or \"default\" tokenizer.ggml.pre)") {
     const auto p = PreTokenizer::kDefault;
     CHECK(split(p, "a+b=c") == V{"a", "+", "b", "=", "c"});

@@ -20,6 +20,7 @@ TEST_CASE("type table matches the block layouts") {
         {KT_TYPE_Q4_K, 256, sizeof(ref::BlockQ4_K)},  {KT_TYPE_Q5_K, 256, sizeof(ref::BlockQ5_K)},
         {KT_TYPE_Q6_K, 256, sizeof(ref::BlockQ6_K)},  {KT_TYPE_Q8_K, 256, sizeof(ref::BlockQ8_K)},
         {KT_TYPE_IQ4_NL, 32, sizeof(ref::BlockIq4Nl)}, {KT_TYPE_IQ4_XS, 256, sizeof(ref::BlockIq4Xs)},
+        {KT_TYPE_MXFP4, 32, sizeof(ref::BlockMxfp4)},
         {KT_TYPE_F32, 1, 4}, {KT_TYPE_F16, 1, 2}, {KT_TYPE_BF16, 1, 2},
     };
     for (const Expect &e : expected) {

@@ -97,11 +97,19 @@ inline float hsum(v16 v) {
     return (s4[0] + s4[2]) + (s4[1] + s4[3]);
 }
 
+// The first position row r attends to.
+inline int32_t first_visible(const AttentionArgs &a, int64_t r) {
+    return a.window > 0 ? std::max(0, a.visible[r] - a.window) : 0;
+}
+
 inline void attend(const AttentionArgs &a) {
     const int64_t R = a.rows, Dk = a.dk, Dv = a.dv;
     const size_t eb = elem_bytes(a.elem);
-    int32_t max_visible = 0;
-    for (int64_t r = 0; r < R; ++r) max_visible = std::max(max_visible, a.visible[r]);
+    int32_t max_visible = 0, min_first = INT32_MAX;
+    for (int64_t r = 0; r < R; ++r) {
+        max_visible = std::max(max_visible, a.visible[r]);
+        min_first = std::min(min_first, first_visible(a, r));
+    }
     const int64_t n_tiles = (max_visible + kLanes - 1) / kLanes;
 
     // Scratch: K tile [Dk][16], V tile [16][Dv] (f32), scores/probabilities [R][16], per-row m and l, o [R][Dv].
@@ -118,7 +126,7 @@ inline void attend(const AttentionArgs &a) {
     }
     const bool dv_vectors = Dv % kLanes == 0;
 
-    for (int64_t tile = 0; tile < n_tiles; ++tile) {
+    for (int64_t tile = min_first / kLanes; tile < n_tiles; ++tile) {
         const int64_t pos0 = tile * kLanes;
         const int64_t n_pos = std::min<int64_t>(kLanes, max_visible - pos0);
         // Convert the tile once for all rows.
@@ -127,7 +135,9 @@ inline void attend(const AttentionArgs &a) {
         const uint8_t *kt = block + a.k_offset + static_cast<size_t>(in_block * Dk) * eb;  // tile in_block / 16
         for (int64_t d = 0; d < Dk; ++d) store(kf + d * kLanes, load16(a.elem, kt + static_cast<size_t>(d * kLanes) * eb));
         const uint8_t *vr = block + a.v_offset + static_cast<size_t>(in_block * Dv) * eb;
-        for (int64_t c = 0; c < n_pos; ++c) {
+        for (int64_t c = 0; c < n_pos && a.v_in_k >= 0; ++c)  // the values are rows of the converted key tile
+            for (int64_t i = 0; i < Dv; ++i) vf[c * Dv + i] = kf[(a.v_in_k + i) * kLanes + c];
+        for (int64_t c = 0; c < n_pos && a.v_in_k < 0; ++c) {
             int64_t i = 0;
             for (; i + kLanes <= Dv; i += kLanes) store(vf + c * Dv + i, load16(a.elem, vr + static_cast<size_t>(c * Dv + i) * eb));
             for (; i < Dv; ++i) {  // a ragged tail (Dv not a multiple of 16)
@@ -153,9 +163,11 @@ inline void attend(const AttentionArgs &a) {
         // Online softmax: mask, new max, rescale, probabilities; then o += P V.
         for (int64_t r = 0; r < R; ++r) {
             const int64_t seen = std::min<int64_t>(a.visible[r] - pos0, kLanes);
-            if (seen <= 0) continue;  // the whole tile is in this row's future
+            const int64_t skip = first_visible(a, r) - pos0;  // lanes before the window
+            if (seen <= 0 || skip >= kLanes) continue;  // the whole tile is in this row's future or outside its window
             v16 s = load(p + r * kLanes);
             for (int64_t c = seen; c < kLanes; ++c) s[c] = -INFINITY;
+            for (int64_t c = 0; c < skip; ++c) s[c] = -INFINITY;
             const float m_new = std::max(m[r], hmax(s));
             const float correction = exp_nonpositive(splat(m[r] - m_new))[0];
             const v16 e = exp_nonpositive(s - m_new);
@@ -180,7 +192,13 @@ inline void attend(const AttentionArgs &a) {
         }
     }
     for (int64_t r = 0; r < R; ++r) {
-        const float inv = 1.0f / l[r];
+        float rescale = 1.0f;
+        if (a.sinks) {  // the sink joins the softmax as one more logit with no value
+            const float m_new = std::max(m[r], a.sinks[r]);
+            rescale = exp_nonpositive(splat(m[r] - m_new))[0];
+            l[r] = l[r] * rescale + exp_nonpositive(splat(a.sinks[r] - m_new))[0];
+        }
+        const float inv = rescale / l[r];
         for (int64_t i = 0; i < Dv; ++i) o[r * Dv + i] *= inv;
     }
 }

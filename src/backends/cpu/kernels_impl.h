@@ -21,6 +21,8 @@ namespace kt::cpu::impl {
 // The IQ4_NL / IQ4_XS code book plus 128: what the kernel feeds vpdpbusd as u; and as it is, for dot4s.
 inline constexpr uint8_t kIq4Unsigned[16] = {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241};
 inline constexpr int8_t kIq4Signed[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+// The doubled e2m1 values of MXFP4 plus 12 (packed.h): small enough for the 8-bit dot products of every ISA.
+inline constexpr uint8_t kMxfp4Unsigned[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
 
 template <PackedType T>
 struct Fmt;
@@ -63,6 +65,11 @@ template <>
 struct Fmt<PackedType::kIq4Xs> {
     static constexpr bool kNibble = true, kMins = false;
     static constexpr int kUMax = 241;
+};
+template <>
+struct Fmt<PackedType::kMxfp4> {
+    static constexpr bool kNibble = true, kMins = false;
+    static constexpr int kUMax = 24;
 };
 
 // Bytes of high bits per 1 KiB tile (packed.h): Q5_K one bit per weight, Q6_K two.
@@ -163,7 +170,7 @@ struct Kernels {
             if constexpr (T == PackedType::kQ4_K) return nib;
             if constexpr (T == PackedType::kQ5_K) return S::or_(nib, S::high_bit5(hb + part * 8, vi));
             if constexpr (T == PackedType::kQ6_K) return S::or_(nib, S::high_bits6(hb + part * 16, vi));
-            if constexpr (T == PackedType::kIq4Xs) return S::lut16(table, nib);
+            if constexpr (T == PackedType::kIq4Xs || T == PackedType::kMxfp4) return S::lut16(table, nib);
         }
     }
 
@@ -182,6 +189,13 @@ struct Kernels {
         } else if constexpr (T == PackedType::kIq4Xs || T == PackedType::kQ6_K) {
             *scale = S::mul(S::loadf_f16(reinterpret_cast<const uint16_t *>(d + L.sscale) + si),
                             S::loadf_i8(reinterpret_cast<const int8_t *>(d + L.gscale) + gi));
+        } else if constexpr (T == PackedType::kMxfp4) {
+            // 2^(e - 128) as the product of two normal powers of two, 2^(a - 127) · 2^(b - 127) with a + b = e + 126:
+            // exact for every byte, including the subnormal scales of e = 0 and 1 (one factor alone cannot reach them).
+            const VI e = S::cvt_round(S::loadf_u8(d + L.gscale + gi));
+            const VI half = S::template srl16<1>(e);  // e < 256: the 16-bit shift is the 32-bit one
+            const VI a = S::add32(half, S::set1_32(63)), b = S::add32(S::sub32(e, half), S::set1_32(63));
+            *scale = S::mul(S::castf(S::sll32_23(a)), S::castf(S::sll32_23(b)));
         } else if constexpr (T == PackedType::kQ4_K || T == PackedType::kQ5_K) {
             *scale = S::mul(S::loadf_f16(reinterpret_cast<const uint16_t *>(d + L.sscale) + si), S::loadf_u8(d + L.gscale + gi));
             *min = S::mul(S::loadf_f16(reinterpret_cast<const uint16_t *>(d + L.smin) + si), S::loadf_u8(d + L.gmin + gi));
@@ -209,6 +223,10 @@ struct Kernels {
         if constexpr (T == PackedType::kIq4Xs) {
             alignas(64) uint8_t t[64];
             for (int i = 0; i < 64; ++i) t[i] = kSigned<T> ? static_cast<uint8_t>(kIq4Signed[i % 16]) : kIq4Unsigned[i % 16];
+            table = S::loadu(t);
+        } else if constexpr (T == PackedType::kMxfp4) {
+            alignas(64) uint8_t t[64];
+            for (int i = 0; i < 64; ++i) t[i] = kMxfp4Unsigned[i % 16];
             table = S::loadu(t);
         }
 
@@ -388,6 +406,7 @@ struct Kernels {
             case PackedType::kQ5_K: return int_gemm_typed<PackedType::kQ5_K, 8>(w, a, m, n_begin, n_end, c, ldc);
             case PackedType::kQ6_K: return int_gemm_typed<PackedType::kQ6_K, 4>(w, a, m, n_begin, n_end, c, ldc);
             case PackedType::kIq4Xs: return int_gemm_typed<PackedType::kIq4Xs, 8>(w, a, m, n_begin, n_end, c, ldc);
+            case PackedType::kMxfp4: return int_gemm_typed<PackedType::kMxfp4, 8>(w, a, m, n_begin, n_end, c, ldc);
             case PackedType::kBf16: break;
         }
     }

@@ -16,6 +16,7 @@ constexpr PackedTypeInfo kInfo[kPackedTypeCount] = {
     {PackedType::kQ5_K, "Q5_K", TileKind::kNibble, 128, 32, 256, 0, true, 31},
     {PackedType::kQ6_K, "Q6_K", TileKind::kNibble, 128, 16, 256, 32, false, 63},
     {PackedType::kIq4Xs, "IQ4_XS", TileKind::kNibble, 128, 32, 256, 128, false, 241},
+    {PackedType::kMxfp4, "MXFP4", TileKind::kNibble, 128, 32, 0, 12, false, 24},
 };
 
 // Appends a region of `bytes` at the next 64-byte boundary; returns false on overflow.
@@ -97,6 +98,7 @@ Status packed_layout(PackedType type, int64_t n, int64_t k, int32_t group, int32
             ok = ok && append(&cursor, cols * static_cast<uint64_t>(l.groups), &l.gscale) &&
                  append(&cursor, cols * static_cast<uint64_t>(l.superblocks) * 2, &l.sscale);
             break;
+        case PackedType::kMxfp4: ok = ok && append(&cursor, cols * static_cast<uint64_t>(l.groups), &l.gscale); break;
     }
     KT_RETURN_IF(!ok, KT_STATUS_INVALID_ARGUMENT, "packed layout %s: size overflows", info.name);
     l.bytes = cursor;

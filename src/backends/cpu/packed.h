@@ -33,6 +33,8 @@
 //           (512 bytes per tile); then i8 sc[P][K/16][32], f16 d[P][SB][32]. w = d*sc*(q - 32). u = q (0..63).
 //   kIq4Xs  nibble tiles of the code book index, then i8 (ls - 32)[P][K/32][32], f16 d[P][SB][32].
 //           w = d*(ls-32)*T[index]. u = T[index] + 128.
+//   kMxfp4  nibble tiles of the e2m1 code (GGUF MXFP4 as stored), then the E8M0 byte e[P][K/32][32].
+//           w = M[code] * 2^(e - 128), M the doubled e2m1 values -12 .. 12. u = M[code] + 12 (0 .. 24).
 // SB = ceil((K + superblock_k_offset) / 256) super-blocks. For the super-block formats a matrix may start in the middle of a GGUF super-block (a NUMA shard whose K range
 // starts at a multiple of 128 that is not one of 256): `superblock_k_offset` (0 or 128) is how much of the first
 // super-block lies before K = 0, and K position k of the matrix uses super-block (k + offset) / 256.
@@ -55,8 +57,9 @@ enum class PackedType : int32_t {
     kQ5_K = 6,
     kQ6_K = 7,
     kIq4Xs = 8,
+    kMxfp4 = 9,
 };
-inline constexpr int kPackedTypeCount = 9;
+inline constexpr int kPackedTypeCount = 10;
 
 inline constexpr int64_t kPanel = 32;      // columns per panel
 inline constexpr int64_t kHalf = 16;       // columns per half panel (one AVX-512 vector of int32 / fp32)

@@ -129,15 +129,18 @@ Status read_rope(const HParamReader &r, HParams *hp) {
         rope.ext_factor = 1.0f;
         KT_TRY(r.get_float_or("rope.scaling.yarn_beta_fast", 32.0f, &rope.beta_fast));
         KT_TRY(r.get_float_or("rope.scaling.yarn_beta_slow", 1.0f, &rope.beta_slow));
-        // llama.cpp (S3, llama-context.cpp): the converter stores 0.1 · mscale_all_dim; the magnitude correction
-        // that rope_table multiplies in (1 + 0.1 ln s) is divided out again here, so with the default mscale the
-        // cos/sin scale is exactly the ratio of the two mscales.
+        // llama.cpp (S3, llama-context.cpp): the cos/sin scale is HF's yarn_get_mscale(s) = 1 + 0.1 ln s, or, with
+        // a yarn_log_multiplier (the converter stores 0.1 · mscale_all_dim), the ratio of the two mscales, where
+        // deepseek2 takes mscale = mscale_all_dim (DeepSeek-V2-Lite's config has both 0.707) so that it is 1. The
+        // magnitude correction that rope_table multiplies in (1 + 0.1 ln s) is divided out again here.
         float &log_mul = hp->yarn_log_multiplier;
         KT_TRY(r.get_float_or("rope.scaling.yarn_log_multiplier", 0.0f, &log_mul));
         if (log_mul != 0.0f) {
             const float mscale_all_dims = log_mul / 0.1f;
             const float mscale = hp->arch == "deepseek2" ? mscale_all_dims : 1.0f;
             rope.attn_factor = yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dims);
+        } else {
+            rope.attn_factor = yarn_mscale(factor, 1.0f);  // gpt-oss: q and k each scaled by 1 + 0.1 ln s
         }
         rope.attn_factor *= 1.0f / (1.0f + 0.1f * std::log(factor));
     }
@@ -195,6 +198,33 @@ Status read_common_hparams(const gguf::File &file, const HParamReader &r, HParam
     return Status::ok();
 }
 
+Status read_routed_experts(const HParamReader &r, ops::Gating default_gating, HParams *hp) {
+    KT_RETURN_IF(hp->n_expert == 0, KT_STATUS_INVALID_FILE, "%s: '%s' is missing or 0", hp->arch.c_str(),
+                 r.key("expert_count").c_str());
+    KT_TRY(r.get_int("expert_feed_forward_length", 1, kMaxFeedForward, &hp->n_ff_exp));
+    KT_TRY(r.get_int_or("expert_shared_count", 0, 0, kMaxExperts, &hp->n_expert_shared));
+    // llama.cpp scales the weights unless the scale is 0 (absent) or 1.
+    KT_TRY(r.get_float_or("expert_weights_scale", 0.0f, &hp->expert_weights_scale));
+    if (hp->expert_weights_scale == 0.0f) hp->expert_weights_scale = 1.0f;
+    KT_TRY(r.get_bool_or("expert_weights_norm", false, &hp->expert_weights_norm));
+    int64_t gating = 0;  // 1: softmax, 2: sigmoid, 3: softmax over the chosen weights
+    KT_TRY(r.get_int_or("expert_gating_func", default_gating == ops::Gating::kSigmoid ? 2 : 1, 0, 3, &gating));
+    KT_RETURN_IF(gating == 3, KT_STATUS_UNSUPPORTED, "%s: '%s' = 3 (softmax_weight) is not supported", hp->arch.c_str(),
+                 r.key("expert_gating_func").c_str());
+    hp->gating = gating == 2 ? ops::Gating::kSigmoid : ops::Gating::kSoftmax;
+    KT_TRY(r.get_int_or("expert_group_count", 1, 1, hp->n_expert, &hp->n_group));
+    KT_TRY(r.get_int_or("expert_group_used_count", 1, 1, hp->n_group, &hp->n_group_used));
+    KT_RETURN_IF(hp->n_expert % hp->n_group != 0 || (hp->n_group > 1 && hp->n_expert / hp->n_group < 2),
+                 KT_STATUS_INVALID_FILE, "%s: %lld experts do not form %lld groups of at least two", hp->arch.c_str(),
+                 static_cast<long long>(hp->n_expert), static_cast<long long>(hp->n_group));
+    return Status::ok();
+}
+
+float rope_magnitude(const HParams &hp) {
+    const ops::RopeParams &p = hp.rope;
+    return p.ext_factor != 0.0f ? p.attn_factor * (1.0f + 0.1f * std::log(1.0f / p.freq_scale)) : p.attn_factor;
+}
+
 // ------------------------------------------------------------------------------------------------------------
 // Weights and scratch
 
@@ -245,7 +275,8 @@ void Scratch::reserve(const HParams &hp, int64_t n_batch) {
 namespace kt::model {
 namespace {
 
-const Architecture *const kArchitectures[] = {&kLlama, &kQwen2, &kQwen3, &kQwen2Moe, &kQwen3Moe, &kDeepseek2};
+const Architecture *const kArchitectures[] = {&kLlama,     &kQwen2,     &kQwen3,  &kQwen2Moe,
+                                              &kQwen3Moe, &kDeepseek2, &kGlm4Moe, &kGptOss};
 
 }  // namespace
 

@@ -1,7 +1,7 @@
 // Model architectures: hyperparameters, the weights each family has, and its forward pass.
 //
 // One file per family (llama.cpp's src/models/, gemma.cpp's configs): llama.cpp, qwen2.cpp, qwen3.cpp,
-// qwen2moe.cpp, qwen3moe.cpp, deepseek2.cpp. Each provides three things, registered in the explicit table in arch.cpp:
+// qwen2moe.cpp, qwen3moe.cpp, deepseek2.cpp, glm4moe.cpp, gpt_oss.cpp. Each provides three things, registered in the explicit table in arch.cpp:
 //   read_hparams     the GGUF keys it needs, validated and bounded (reference/gguf-and-quants.md §3.2, §1.8);
 //   for_each_tensor  every tensor it uses, listed once (§3.3); the loader binds and checks them through this
 //                    table, and anything that plans memory (placement, offload) walks the same table;
@@ -39,7 +39,7 @@ struct HParams {
     std::string arch;           // general.architecture
     int64_t n_vocab = 0;        // V
     int64_t n_embd = 0;         // E: hidden size
-    int64_t n_layer = 0;
+    int64_t n_layer = 0;        // layers computed (glm4moe: block_count less the NextN blocks)
     int64_t n_ctx_train = 0;    // context_length
     int64_t n_head = 0;         // H
     int64_t n_head_kv = 0;      // Hkv (GQA: H is a multiple)
@@ -66,7 +66,17 @@ struct HParams {
     bool expert_weights_norm = false;
     ops::Gating gating = ops::Gating::kSoftmax;
     int64_t n_group = 1, n_group_used = 1;  // group-limited routing
+    bool legacy_kv_b = false;      // deepseek2 file with one attn_kv_b per layer (split into k_b / v_b at load)
+    int64_t v_in_k = -1;           // >= 0: the values are dims [v_in_k, v_in_k + Dv) of the keys (MLA: the latent
+                                   // after the RoPE key), so the KV cache keeps them once
+
+    int64_t n_layer_nextn = 0;     // glm4moe: trailing NextN/MTP blocks after the n_layer computed ones (skipped)
+
+    // gpt-oss: sliding-window attention on layers il with il % swa_period < swa_period - 1 (0: none)
+    int64_t n_swa = 0;             // window: a query sees itself and the n_swa - 1 positions before it
+    int64_t swa_period = 0;
 };
+
 
 // Reads `<arch>.<suffix>` keys with the conversions and bounds a family needs; every error names the key.
 class HParamReader {
@@ -93,6 +103,10 @@ private:
 // metadata-only file with vocab_size is enough to know every tensor's shape.
 Status read_common_hparams(const gguf::File &file, const HParamReader &r, HParams *hp);
 
+// The routed-expert keys deepseek2 and glm4moe share: expert and shared-expert widths, the weights' scale and
+// renormalisation, the gating function (`default_gating` when the key is absent) and group-limited routing.
+Status read_routed_experts(const HParamReader &r, ops::Gating default_gating, HParams *hp);
+
 // ------------------------------------------------------------------------------------------------------------
 // Weights
 
@@ -116,16 +130,20 @@ struct Projection {
     }
 };
 
-// A SwiGLU feed-forward: dense (one expert) or a stack of experts.
+// A SwiGLU feed-forward: dense (one expert) or a stack of experts, with per-expert biases when the family has them.
 struct Ffn {
     const gguf::TensorInfo *gate = nullptr, *up = nullptr, *down = nullptr;
+    Vector gate_bias, up_bias, down_bias;  // [X][I], [X][I], [X][E] (gpt-oss), else absent
     std::unique_ptr<ops::ExpertFfn> experts;
     explicit operator bool() const { return gate != nullptr; }
 };
 
 // A stack of same-shaped matrices used one at a time (deepseek2's per-head attn_k_b / attn_v_b): one Linear each.
+// Split from a legacy attn_kv_b, the k_b half is a transposed copy that the stack owns (`owned`, in F32, F16 or
+// BF16 as the source: a transpose is exact in each), the v_b half views the file's rows.
 struct Stack {
     const gguf::TensorInfo *tensor = nullptr;
+    std::vector<uint8_t> owned;
     std::vector<std::unique_ptr<ops::Linear>> linears;
     explicit operator bool() const { return tensor != nullptr; }
 };
@@ -148,6 +166,7 @@ struct LayerWeights {
     Ffn shared;                        // shared expert [E -> Fs -> E] (qwen2moe, deepseek2)
     Vector shared_gate;                // ffn_gate_inp_shexp [E]: sigmoid(shared_gate · h) scales the shared expert
     Vector expert_bias;                // exp_probs_b [X]: added to the gate probabilities for selection (deepseek2)
+    Vector attn_sinks;                 // [H]: one extra softmax logit per head (gpt-oss)
 
     // deepseek2 MLA
     Projection wq_a;                   // [E -> q_lora]
@@ -190,15 +209,35 @@ public:
     virtual void vector_tensor(const std::string &tensor_name, int64_t n, uint32_t need, Vector &slot) = 0;
     virtual void linear(const std::string &name, int64_t in, int64_t out, uint32_t need, Projection &slot) = 0;
     // "<prefix>_gate<suffix>", "_up", "_down": gate/up {in: E, out: I} and down {I -> E}, stacked over n_expert
-    // (ne[2]) when n_expert > 0, plain matrices when n_expert == 0.
+    // (ne[2]) when n_expert > 0, plain matrices when n_expert == 0. With kBias, "<name>.bias" {I or E, n_expert}
+    // for each of the three. `variant` selects the SwiGLU form (its bias pointers are filled in by the table).
     virtual void ffn(const std::string &prefix, const std::string &suffix, int64_t n_embd, int64_t n_ff,
-                     int64_t n_expert, uint32_t need, Ffn &slot) = 0;
+                     int64_t n_expert, uint32_t need, const ops::ExpertOptions &variant, Ffn &slot) = 0;
+    void ffn(const std::string &prefix, const std::string &suffix, int64_t n_embd, int64_t n_ff, int64_t n_expert,
+             uint32_t need, Ffn &slot) {
+        ffn(prefix, suffix, n_embd, n_ff, n_expert, need, ops::ExpertOptions(), slot);
+    }
     // "<name>.weight" with ne = {in, out, count}: count matrices {in -> out}, each used as its own projection.
     virtual void stack(const std::string &name, int64_t in, int64_t out, int64_t count, uint32_t need, Stack &slot) = 0;
+    // deepseek2's legacy "<name>.weight" {kv_lora, n_head · (qk_nope + v_head)}: per head qk_nope key rows then
+    // v_head value rows, each a map from the latent. Split into the MLA stacks: k_b [n_head] {qk_nope -> kv_lora}
+    // (the key rows transposed, so that they absorb the query) and v_b [n_head] {kv_lora -> v_head}.
+    virtual void split_kv_b(const std::string &name, int64_t kv_lora, int64_t qk_nope, int64_t v_head, int64_t n_head,
+                            Stack &k_b, Stack &v_b) = 0;
+    // Every tensor whose name starts with `prefix` belongs to the file's architecture but is not computed (glm4moe's
+    // NextN blocks): accepted, never bound.
+    virtual void skip(const std::string &prefix) = 0;
 };
 
 // "blk.<layer>."
 std::string block_prefix(int64_t layer);
+
+// ------------------------------------------------------------------------------------------------------------
+// Hyperparameter helpers of several families
+
+// The net cos/sin scale llama.cpp gives YaRN RoPE (1 without YaRN): hp.rope.attn_factor times the 1 + 0.1 ln(s)
+// that rope_table multiplies in.
+float rope_magnitude(const HParams &hp);
 
 // ------------------------------------------------------------------------------------------------------------
 // Running a forward pass
@@ -242,6 +281,13 @@ struct Batch {
     float *logits = nullptr;             // [n_outputs, V]
 };
 
+// Which cached positions a layer's queries see beyond causality, and extra logits in its softmax.
+struct AttentionMask {
+    int64_t window = 0;            // > 0: a query at position p sees p - window + 1 .. p only (sliding window)
+    const float *sinks = nullptr;  // [H] or null: per query head one more logit in the softmax denominator, with no
+                                   // value (gpt-oss's attention sinks; not scaled by kq_scale)
+};
+
 // What a forward pass borrows from the context that runs it (runtime/ implements this).
 class ForwardHost {
 public:
@@ -250,7 +296,8 @@ public:
     virtual ThreadPool &pool() = 0;
     // Causal attention of the batch's queries over the cache, after appending this batch's keys and values.
     // q: [T, H, Dk] (RoPE applied); k: [T, Hkv, Dk]; v: [T, Hkv, Dv]; out: [T, H, Dv].
-    virtual Status attention(int64_t layer, const float *q, const float *k, const float *v, float *out) = 0;
+    virtual Status attention(int64_t layer, const float *q, const float *k, const float *v, const AttentionMask &mask,
+                             float *out) = 0;
     // Charges the time since the previous call to the phase given then, and starts timing `phase`.
     virtual void enter(Phase phase) = 0;
     // Called after each layer; a non-OK status (the abort callback) stops the pass.

@@ -14,7 +14,8 @@ void begin_batch(const Model &m, const Batch &b, ForwardHost &host) {
     ops::rope_table(m.hp.rope, m.w.rope_freqs.data(), b.positions, b.n_tokens, s.rope.data());
 }
 
-Status self_attention(const Model &m, int64_t layer, const Batch &b, ForwardHost &host, const float *h, float *out) {
+Status self_attention(const Model &m, int64_t layer, const Batch &b, ForwardHost &host, const float *h, float *out,
+                      const AttentionMask &mask) {
     const HParams &hp = m.hp;
     const LayerWeights &L = m.w.layers[layer];
     Scratch &s = host.scratch();
@@ -28,7 +29,7 @@ Status self_attention(const Model &m, int64_t layer, const Batch &b, ForwardHost
     if (L.attn_k_norm) ops::rms_norm(k, L.attn_k_norm.data(), T * Hkv, Dk, hp.rms_eps, k);
     ops::rope_apply(hp.rope, s.rope.data(), T, H, Dk, H * Dk, q);
     ops::rope_apply(hp.rope, s.rope.data(), T, Hkv, Dk, Hkv * Dk, k);
-    KT_TRY(host.attention(layer, q, k, v, s.attn.data()));                  // attn [T, H, Dv]
+    KT_TRY(host.attention(layer, q, k, v, mask, s.attn.data()));            // attn [T, H, Dv]
     KT_TRY(L.wo.forward(s.attn.data(), T, out, host.pool()));                            // out [T, E]
     return Status::ok();
 }
@@ -46,6 +47,52 @@ Status moe_ffn(const LayerWeights &L, const ops::RoutingParams &routing, const f
     KT_TRY(L.router.forward(h, n_tokens, s.router.data(), host.pool()));   // router logits [T, X]
     ops::route(routing, s.router.data(), n_tokens, s.ids.data(), s.gates.data());  // ids, gates [T, k]
     return L.experts.experts->forward(h, n_tokens, s.ids.data(), s.gates.data(), routing.k, out, host.pool());  // [T, E]
+}
+
+Status leading_dense_or_moe(const Model &m, int64_t layer, ForwardHost &host, const float *x, int64_t n_tokens,
+                            float *out) {
+    const HParams &hp = m.hp;
+    const LayerWeights &L = m.w.layers[layer];
+    Scratch &s = host.scratch();
+    const int64_t T = n_tokens, E = hp.n_embd;
+    float *h = s.h.data();
+    if (layer < hp.n_layer_dense_lead) {
+        host.enter(Phase::kDenseFfn);
+        ops::rms_norm(x, L.ffn_norm.data(), T, E, hp.rms_eps, h);
+        return dense_ffn(L.ffn, h, T, nullptr, host, out);                    // out [T, E]
+    }
+    host.enter(Phase::kExperts);
+    ops::rms_norm(x, L.ffn_norm.data(), T, E, hp.rms_eps, h);
+    const ops::RoutingParams routing{.gating = hp.gating, .n_expert = hp.n_expert, .k = hp.n_expert_used,
+                                     .renormalize = hp.expert_weights_norm, .scale = hp.expert_weights_scale,
+                                     .selection_bias = L.expert_bias.data(), .n_group = hp.n_group,
+                                     .n_group_used = hp.n_group_used};
+    KT_TRY(moe_ffn(L, routing, h, T, host, out));                             // out [T, E] routed experts
+    if (L.shared) {
+        KT_TRY(dense_ffn(L.shared, h, T, nullptr, host, s.shared.data()));    // ungated shared expert
+        ops::add_inplace(out, s.shared.data(), T * E);
+    }
+    return Status::ok();
+}
+
+Status attention_moe_forward(const Model &m, const Batch &b, ForwardHost &host, AttentionBlock attention) {
+    const HParams &hp = m.hp;
+    Scratch &s = host.scratch();
+    const int64_t T = b.n_tokens, E = hp.n_embd;
+    float *x = s.x.data(), *h = s.h.data(), *f = s.ffn_out.data();
+
+    begin_batch(m, b, host);                                                  // x [T, E]
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+        host.enter(Phase::kAttention);
+        ops::rms_norm(x, m.w.layers[il].attn_norm.data(), T, E, hp.rms_eps, h);  // h [T, E]
+        KT_TRY(attention(m, il, b, host, h, h));
+        ops::add_inplace(x, h, T * E);
+
+        KT_TRY(leading_dense_or_moe(m, il, host, x, T, f));                   // f [T, E]
+        ops::add_inplace(x, f, T * E);
+        KT_TRY(host.layer_done(il));
+    }
+    return output_head(m, b, host);                                           // logits [n_outputs, V]
 }
 
 Status output_head(const Model &m, const Batch &b, ForwardHost &host) {

@@ -12,11 +12,14 @@
 //   K       = [k_pe ; c_kv],  V = c_kv                                  one KV head: the cache holds the latent
 //   o[h]    = W_vb[h] softmax(kq_scale · Q[h] Kᵀ + mask) V               [T, H, Dv_mla]             (decompression)
 //   out     = W_o o
-// kq_scale = mscale² / √Dq with mscale = 1 + yarn_log_multiplier · ln(scaling factor) (llama.cpp's
-// TAG_DEEPSEEK2_YARN_LOG_MUL_FIX convention: the file stores 0.1 · mscale_all_dim).
+// kq_scale = mscale² / √Dq with mscale = r · (1 + yarn_log_multiplier · ln(scaling factor)), r the net cos/sin
+// scale of the RoPE (1 for every published file; llama.cpp's TAG_DEEPSEEK2_YARN_LOG_MUL_FIX convention: the file
+// stores 0.1 · mscale_all_dim).
 //
-// Files in the legacy convention (one attn_kv_b instead of attn_k_b / attn_v_b, no *_mla keys) are refused with a
-// message: they need a reconversion.
+// Files in the legacy convention (how DeepSeek-V2/V3/R1 GGUFs were converted before the MLA split: one attn_kv_b
+// {kv_lora, H·(qk_nope + v)} per layer, head_count_kv = H, key_length = qk_nope + rope, value_length = v, no *_mla
+// keys) run the same way: attn_kv_b is split at load into the absorbed k_b (its key rows transposed) and v_b, and
+// the hyperparameters are restated in the MLA convention, so the cache holds the latent only for both.
 #include <cmath>
 
 #include "model/arch/blocks.h"
@@ -29,15 +32,27 @@ Status read_hparams(const gguf::File &file, HParams *hp) {
     HParamReader r(file, hp->arch);
     KT_TRY(read_common_hparams(file, r, hp));
     hp->rope.mode = ops::RopeMode::kNorm;
-    KT_RETURN_IF(!r.has("attention.key_length_mla") || !r.has("attention.value_length_mla"), KT_STATUS_UNSUPPORTED,
-                 "deepseek2: '%s' / '%s' are missing: this is the legacy attn_kv_b convention; kt runs files "
-                 "converted with attn_k_b / attn_v_b (reconvert with a current converter)",
-                 r.key("attention.key_length_mla").c_str(), r.key("attention.value_length_mla").c_str());
     KT_TRY(r.get_int("leading_dense_block_count", 0, hp->n_layer, &hp->n_layer_dense_lead));
     KT_TRY(r.get_int_or("attention.q_lora_rank", 0, 0, kMaxEmbedding, &hp->q_lora_rank));
     KT_TRY(r.get_int("attention.kv_lora_rank", 1, kMaxHeadDim, &hp->kv_lora_rank));
-    KT_TRY(r.get_int("attention.key_length_mla", 1, kMaxHeadDim, &hp->head_dim_k_mla));
-    KT_TRY(r.get_int("attention.value_length_mla", 1, kMaxHeadDim, &hp->head_dim_v_mla));
+    hp->legacy_kv_b = !r.has("attention.key_length_mla") && !r.has("attention.value_length_mla");
+    if (hp->legacy_kv_b) {
+        // Multi-head as stored: every head has its own key (qk_nope + rope) and value. Restated as MLA (one KV head
+        // of the latent plus the shared RoPE key) for the attention kt runs.
+        KT_RETURN_IF(hp->n_head_kv != hp->n_head || hp->rope.n_rot >= hp->head_dim_k, KT_STATUS_INVALID_FILE,
+                     "deepseek2 (legacy attn_kv_b convention): head_count_kv %lld must equal head_count %lld and the "
+                     "rope dims %lld be below key_length %lld",
+                     static_cast<long long>(hp->n_head_kv), static_cast<long long>(hp->n_head),
+                     static_cast<long long>(hp->rope.n_rot), static_cast<long long>(hp->head_dim_k));
+        hp->head_dim_k_mla = hp->head_dim_k;
+        hp->head_dim_v_mla = hp->head_dim_v;
+        hp->n_head_kv = 1;
+        hp->head_dim_k = hp->kv_lora_rank + hp->rope.n_rot;
+        hp->head_dim_v = hp->kv_lora_rank;
+    } else {
+        KT_TRY(r.get_int("attention.key_length_mla", 1, kMaxHeadDim, &hp->head_dim_k_mla));
+        KT_TRY(r.get_int("attention.value_length_mla", 1, kMaxHeadDim, &hp->head_dim_v_mla));
+    }
     KT_RETURN_IF(hp->n_head_kv != 1 || hp->head_dim_k != hp->kv_lora_rank + hp->rope.n_rot ||
                      hp->head_dim_v != hp->kv_lora_rank || hp->rope.n_rot >= hp->head_dim_k_mla,
                  KT_STATUS_INVALID_FILE,
@@ -50,25 +65,10 @@ Status read_hparams(const gguf::File &file, HParams *hp) {
     KT_RETURN_IF(hp->n_layer_dense_lead > 0 && hp->n_ff == 0, KT_STATUS_INVALID_FILE,
                  "deepseek2: '%s' is missing or 0 but %lld layers are dense", r.key("feed_forward_length").c_str(),
                  static_cast<long long>(hp->n_layer_dense_lead));
-    if (hp->n_layer_dense_lead < hp->n_layer) {
-        KT_RETURN_IF(hp->n_expert == 0, KT_STATUS_INVALID_FILE, "deepseek2: '%s' is missing or 0",
-                     r.key("expert_count").c_str());
-        KT_TRY(r.get_int("expert_feed_forward_length", 1, kMaxFeedForward, &hp->n_ff_exp));
-        KT_TRY(r.get_int("expert_shared_count", 0, kMaxExperts, &hp->n_expert_shared));
-        KT_TRY(r.get_float("expert_weights_scale", &hp->expert_weights_scale));
-        KT_TRY(r.get_bool_or("expert_weights_norm", false, &hp->expert_weights_norm));
-        int64_t gating = 0;
-        KT_TRY(r.get_int_or("expert_gating_func", 0, 0, 3, &gating));  // 0 / absent and 1: softmax, 2: sigmoid
-        KT_RETURN_IF(gating == 3, KT_STATUS_UNSUPPORTED, "deepseek2: '%s' = 3 (softmax_weight) is not supported",
-                     r.key("expert_gating_func").c_str());
-        hp->gating = gating == 2 ? ops::Gating::kSigmoid : ops::Gating::kSoftmax;
-        KT_TRY(r.get_int_or("expert_group_count", 1, 1, hp->n_expert, &hp->n_group));
-        KT_TRY(r.get_int_or("expert_group_used_count", 1, 1, hp->n_group, &hp->n_group_used));
-        KT_RETURN_IF(hp->n_expert % hp->n_group != 0 || (hp->n_group > 1 && hp->n_expert / hp->n_group < 2),
-                     KT_STATUS_INVALID_FILE, "deepseek2: %lld experts do not form %lld groups of at least two",
-                     static_cast<long long>(hp->n_expert), static_cast<long long>(hp->n_group));
-    }
-    const float mscale = 1.0f + hp->yarn_log_multiplier * std::log(1.0f / hp->rope.freq_scale);
+    hp->v_in_k = hp->rope.n_rot;  // K = [k_pe ; c_kv], V = c_kv
+    // DeepSeek-V2 files have no gating key: softmax (V3 writes 2, sigmoid).
+    if (hp->n_layer_dense_lead < hp->n_layer) KT_TRY(read_routed_experts(r, ops::Gating::kSoftmax, hp));
+    const float mscale = rope_magnitude(*hp) * (1.0f + hp->yarn_log_multiplier * std::log(1.0f / hp->rope.freq_scale));
     hp->kq_scale = mscale * mscale / std::sqrt(static_cast<float>(hp->head_dim_k_mla));
     return Status::ok();
 }
@@ -92,8 +92,12 @@ void for_each_tensor(const HParams &hp, Weights &w, TensorTable &t) {
         }
         t.linear(b + "attn_kv_a_mqa", E, kv_lora + rope, kRequired, L.wkv_a);
         t.vector(b + "attn_kv_a_norm", kv_lora, kRequired, L.kv_a_norm);
-        t.stack(b + "attn_k_b", qk_nope, kv_lora, H, kRequired, L.k_b);
-        t.stack(b + "attn_v_b", kv_lora, Dv, H, kRequired, L.v_b);
+        if (hp.legacy_kv_b) {
+            t.split_kv_b(b + "attn_kv_b", kv_lora, qk_nope, Dv, H, L.k_b, L.v_b);
+        } else {
+            t.stack(b + "attn_k_b", qk_nope, kv_lora, H, kRequired, L.k_b);
+            t.stack(b + "attn_v_b", kv_lora, Dv, H, kRequired, L.v_b);
+        }
         t.linear(b + "attn_output", H * Dv, E, kRequired, L.wo);
         t.vector(b + "ffn_norm", E, kRequired, L.ffn_norm);
         if (l < hp.n_layer_dense_lead) {
@@ -155,50 +159,13 @@ Status mla_attention(const Model &m, int64_t layer, const Batch &b, ForwardHost 
     KT_TRY(per_head(L.k_b, q, Dq, 0, Q, Dk, rope, T, host));                  // absorption into the latent space
     ops::rope_apply(hp.rope, s.rope.data(), T, H, Dk, H * Dk, Q);
     ops::rope_apply(hp.rope, s.rope.data(), T, 1, Dk, Dk, K);
-    KT_TRY(host.attention(layer, Q, K, Vv, s.attn.data()));                   // latent output [T, H, kv_lora]
+    KT_TRY(host.attention(layer, Q, K, Vv, AttentionMask(), s.attn.data()));  // latent output [T, H, kv_lora]
     KT_TRY(per_head(L.v_b, s.attn.data(), kv_lora, 0, s.mla_o.data(), Dv, 0, T, host)); // decompressed [T, H, Dv]
     KT_TRY(L.wo.forward(s.mla_o.data(), T, out, host.pool()));                // out [T, E]
     return Status::ok();
 }
 
-Status forward(const Model &m, const Batch &b, ForwardHost &host) {
-    const HParams &hp = m.hp;
-    Scratch &s = host.scratch();
-    const int64_t T = b.n_tokens, E = hp.n_embd;
-    float *x = s.x.data(), *h = s.h.data(), *f = s.ffn_out.data(), *shared = s.shared.data();
-
-    begin_batch(m, b, host);                                                  // x [T, E]
-    for (int64_t il = 0; il < hp.n_layer; ++il) {
-        const LayerWeights &L = m.w.layers[il];
-
-        host.enter(Phase::kAttention);
-        ops::rms_norm(x, L.attn_norm.data(), T, E, hp.rms_eps, h);           // h [T, E]
-        KT_TRY(mla_attention(m, il, b, host, h, h));
-        ops::add_inplace(x, h, T * E);
-
-        if (il < hp.n_layer_dense_lead) {
-            host.enter(Phase::kDenseFfn);
-            ops::rms_norm(x, L.ffn_norm.data(), T, E, hp.rms_eps, h);
-            KT_TRY(dense_ffn(L.ffn, h, T, nullptr, host, f));                 // f [T, E]
-        } else {
-            host.enter(Phase::kExperts);
-            ops::rms_norm(x, L.ffn_norm.data(), T, E, hp.rms_eps, h);
-            const ops::RoutingParams routing{.gating = hp.gating, .n_expert = hp.n_expert, .k = hp.n_expert_used,
-                                             .renormalize = hp.expert_weights_norm, .scale = hp.expert_weights_scale,
-                                             .selection_bias = L.expert_bias.data(), .n_group = hp.n_group,
-                                             .n_group_used = hp.n_group_used};
-            KT_TRY(moe_ffn(L, routing, h, T, host, f));                       // f [T, E] routed experts
-            if (L.shared) {
-                KT_TRY(dense_ffn(L.shared, h, T, nullptr, host, shared));     // ungated shared expert
-                ops::add_inplace(f, shared, T * E);
-            }
-        }
-        ops::add_inplace(x, f, T * E);
-        KT_TRY(host.layer_done(il));
-    }
-    KT_TRY(output_head(m, b, host));                                          // logits [n_outputs, V]
-    return Status::ok();
-}
+Status forward(const Model &m, const Batch &b, ForwardHost &host) { return attention_moe_forward(m, b, host, mla_attention); }
 
 }  // namespace
 

@@ -11,6 +11,8 @@ extern const Architecture kQwen3;     // qwen3.cpp
 extern const Architecture kQwen2Moe;  // qwen2moe.cpp
 extern const Architecture kQwen3Moe;  // qwen3moe.cpp
 extern const Architecture kDeepseek2; // deepseek2.cpp
+extern const Architecture kGlm4Moe;   // glm4moe.cpp
+extern const Architecture kGptOss;    // gpt_oss.cpp
 
 // The LLaMA graph (llama.cpp), shared by qwen2, qwen3 and qwen3moe: dense SwiGLU FFN, or softmax top-k experts
 // renormalised.

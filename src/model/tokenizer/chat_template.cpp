@@ -54,6 +54,67 @@ constexpr Builtin kBuiltins[] = {
      "{%- else -%}{{- raise_exception('mistral: only user and assistant roles are supported') -}}"
      "{%- endif -%}"
      "{%- endfor -%}"},
+    // GLM-4.5 / 4.6: [gMASK]<sop>, then <|system|>, <|user|>, <|assistant|> headers each followed by a newline and
+    // the text; an assistant turn opens with its reasoning in <think></think> (empty except after the last user
+    // turn); a tool result is an <|observation|> turn. enable_thinking = false appends /nothink to user turns and
+    // an empty think block to the generation prompt. (GLM's own template also renders tools; kt's Jinja subset
+    // has no macros, which it uses, so this built-in covers the conversation itself.)
+    {"glm4",
+     "[gMASK]<sop>"
+     "{%- set ns = namespace(last_user=-1) -%}"
+     "{%- for message in messages -%}{%- if message.role == 'user' -%}{%- set ns.last_user = loop.index0 -%}{%- endif -%}"
+     "{%- endfor -%}"
+     "{%- set no_think = enable_thinking is defined and not enable_thinking -%}"
+     "{%- for message in messages -%}"
+     "{%- if message.role == 'system' -%}{{- '<|system|>\n' + message.content -}}"
+     "{%- elif message.role == 'user' -%}{{- '<|user|>\n' + message.content -}}"
+     "{%- if no_think and not message.content.endswith('/nothink') -%}{{- '/nothink' -}}{%- endif -%}"
+     "{%- elif message.role == 'assistant' -%}"
+     "{%- set content = message.content -%}{%- set reasoning = '' -%}"
+     "{%- if '</think>' in content -%}"
+     "{%- set reasoning = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') -%}"
+     "{%- set content = content.split('</think>')[-1].lstrip('\n') -%}"
+     "{%- endif -%}"
+     "{{- '<|assistant|>' -}}"
+     "{%- if loop.index0 > ns.last_user and reasoning.strip() -%}{{- '\n<think>' + reasoning.strip() + '</think>' -}}"
+     "{%- else -%}{{- '\n<think></think>' -}}{%- endif -%}"
+     "{%- if content.strip() -%}{{- '\n' + content.strip() -}}{%- endif -%}"
+     "{%- elif message.role == 'tool' -%}{{- '<|observation|>\n' + message.content -}}"
+     "{%- else -%}{{- raise_exception('glm4: unsupported role ' + message.role) -}}"
+     "{%- endif -%}"
+     "{%- endfor -%}"
+     "{%- if add_generation_prompt -%}{{- '<|assistant|>' -}}{%- if no_think -%}{{- '\n<think></think>' -}}{%- endif -%}"
+     "{%- endif -%}"},
+    // gpt-oss's harmony format: a system message (model identity, knowledge cutoff, current date, reasoning
+    // effort, the valid channels), the caller's system prompt as the developer's "# Instructions", then
+    // <|start|>role<|message|>text<|end|> turns, earlier assistant answers on the final channel, and <|start|>assistant
+    // to generate. Variables: model_identity, reasoning_effort (low / medium / high, default medium), current_date
+    // (default: today, as strftime_now gives it).
+    {"harmony",
+     "{%- set identity = model_identity if model_identity is defined else "
+     "'You are ChatGPT, a large language model trained by OpenAI.' -%}"
+     "{%- set effort = reasoning_effort if reasoning_effort is defined else 'medium' -%}"
+     "{%- set date = current_date if current_date is defined else strftime_now('%Y-%m-%d') -%}"
+     "{{- '<|start|>system<|message|>' + identity + '\nKnowledge cutoff: 2024-06\nCurrent date: ' + date +"
+     " '\n\nReasoning: ' + effort + '\n\n# Valid channels: analysis, commentary, final. Channel must be included for "
+     "every message.<|end|>' -}}"
+     "{%- set ns = namespace(developer='') -%}"
+     "{%- for message in messages if message.role == 'system' or message.role == 'developer' -%}"
+     "{%- set ns.developer = ns.developer + ('' if loop.first else '\n\n') + message.content -%}"
+     "{%- endfor -%}"
+     "{%- if ns.developer -%}{{- '<|start|>developer<|message|># Instructions\n\n' + ns.developer + '<|end|>' -}}{%- endif -%}"
+     "{%- for message in messages -%}"
+     "{%- if message.role == 'user' -%}{{- '<|start|>user<|message|>' + message.content + '<|end|>' -}}"
+     "{%- elif message.role == 'assistant' -%}"
+     "{{- '<|start|>assistant<|channel|>final<|message|>' + message.content + '<|end|>' -}}"
+     // A tool result names its tool in harmony (functions.NAME); kt's messages carry no name, so it is 'functions'.
+     "{%- elif message.role == 'tool' -%}"
+     "{{- '<|start|>functions to=assistant<|channel|>commentary<|message|>' + message.content + '<|end|>' -}}"
+     "{%- elif message.role != 'system' and message.role != 'developer' -%}"
+     "{{- raise_exception('harmony: unsupported role ' + message.role) -}}"
+     "{%- endif -%}"
+     "{%- endfor -%}"
+     "{%- if add_generation_prompt -%}{{- '<|start|>assistant' -}}{%- endif -%}"},
 };
 
 constexpr const char *kReserved[] = {"messages", "add_generation_prompt", "bos_token", "eos_token"};

@@ -8,6 +8,8 @@
 //   llama3     <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|> ...
 //   deepseek3  system prompt, <｜User｜>content, <｜Assistant｜>content<｜end▁of▁sentence｜>
 //   mistral    [INST] user [/INST]assistant</s> (user and assistant alternate; no system role)
+//   glm4       [gMASK]<sop><|system|>\n... <|user|>\n... <|assistant|>\n<think></think>\n... (GLM-4.5 / 4.6)
+//   harmony    <|start|>role<|message|>...<|end|> with a system and a developer message (gpt-oss)
 // When the vocabulary adds BOS itself, a BOS at the start of the rendering is removed (as llama.cpp does), so the
 // text tokenized with add_special and parse_special has exactly one BOS.
 #pragma once

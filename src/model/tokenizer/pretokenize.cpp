@@ -56,7 +56,7 @@ size_t match_space_tail(const Text &t, size_t pos, size_t end) {
 
 // (?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD]) (case-insensitive for LLAMA3/QWEN2, exact for GPT-2)
 size_t match_contraction(const Text &t, size_t pos, size_t end, bool ignore_case) {
-    if (t.cpt[pos] != '\'' || pos + 1 >= end) return 0;
+    if (pos + 1 >= end || t.cpt[pos] != '\'') return 0;  // GPT4O asks at the piece end too
     const auto at = [&](size_t i) { return ignore_case ? ascii_lower(t.cpt[i]) : t.cpt[i]; };
     const uint32_t c1 = at(pos + 1);
     if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return 2;
@@ -111,6 +111,47 @@ size_t match_gpt2(const Text &t, size_t pos, size_t end) {
     if (n == 0) return 0;
     if (pos + n == end) return n;  // (?!\S) holds at the end of the piece
     return n - 1;                  // 0 when a lone space precedes a non-space: unmatched
+}
+
+// GPT4O (o200k, gpt-oss), as llama.cpp adapts tiktoken's pattern for std::regex:
+//   [^\r\n\p{L}\p{N}]?U*L+C? | [^\r\n\p{L}\p{N}]?U+L*C? | \p{N}{1,3} | ?[^\s\p{L}\p{N}]+[\r\n/]* |
+//   \s*[\r\n]+ | \s+(?!\S) | \s+
+// with U = a letter other than a-z, L = a letter other than A-Z, C = a contraction ('s 't 're 've 'm 'll 'd, any
+// case). tiktoken's classes are Unicode upper/lower case letters plus marks; llama.cpp's adaptation makes every
+// non-ASCII letter both U and L and marks neither, so "ÉCOLE" splits into "É" + "COLE" where tiktoken keeps it
+// whole. kt follows llama.cpp (its ids are the reference).
+size_t match_gpt4o(const Text &t, size_t pos, size_t end) {
+    const auto upper_like = [&](size_t i) { return is_letter(t.flags[i]) && !(t.cpt[i] >= 'a' && t.cpt[i] <= 'z'); };
+    const auto lower_like = [&](size_t i) { return is_letter(t.flags[i]) && !(t.cpt[i] >= 'A' && t.cpt[i] <= 'Z'); };
+    const uint32_t c = t.cpt[pos];
+    // The optional leading character; when it is there, the letter alternatives cannot match without it.
+    const size_t s = (!is_newline(c) && !is_letter(t.flags[pos]) && !is_number(t.flags[pos]) && pos + 1 < end) ? pos + 1 : pos;
+    size_t u = 0;
+    while (s + u < end && upper_like(s + u)) ++u;
+    // U*L+: the longest U* that still leaves an L after it (greedy, backtracking one character at a time).
+    for (size_t k = u + 1; k-- > 0;) {
+        if (s + k >= end || !lower_like(s + k)) continue;
+        size_t p = s + k;
+        while (p < end && lower_like(p)) ++p;
+        return p + match_contraction(t, p, end, true) - pos;
+    }
+    if (u > 0) {  // U+L*
+        size_t p = s + u;
+        while (p < end && lower_like(p)) ++p;
+        return p + match_contraction(t, p, end, true) - pos;
+    }
+    if (is_number(t.flags[pos])) {
+        const size_t n = run(t, pos, end, kNumber);
+        return n < 3 ? n : 3;
+    }
+    const size_t lead = (c == ' ' && pos + 1 < end && is_other(t.flags[pos + 1])) ? 1 : 0;
+    if (lead || is_other(t.flags[pos])) {
+        size_t p = pos + lead;
+        p += run_other(t, p, end);
+        while (p < end && (is_newline(t.cpt[p]) || t.cpt[p] == '/')) ++p;
+        return p - pos;
+    }
+    return match_space_tail(t, pos, end);
 }
 
 // \p{N}{1,3}  (DEEPSEEK3 stage 1)
@@ -201,10 +242,13 @@ Stages stages_of(PreTokenizer pre) {
     static const Matcher kLlama3[] = {match_llama3<3>};
     static const Matcher kQwen2[] = {match_llama3<1>};
     static const Matcher kDeepseek3[] = {match_digits3, match_cjk, match_deepseek3};
+    static const Matcher kGpt4o[] = {match_gpt4o};
     static const Matcher kDefault[] = {match_punct_run, match_gpt2, match_digits, match_ascii_digits3};
     switch (pre) {
         case PreTokenizer::kGpt2: return {kGpt2, 1};
-        case PreTokenizer::kLlama3: return {kLlama3, 1};
+        case PreTokenizer::kLlama3:
+        case PreTokenizer::kGlm4: return {kLlama3, 1};  // GLM-4's tokenizer uses cl100k's pattern, as Llama 3
+        case PreTokenizer::kGpt4o: return {kGpt4o, 1};
         case PreTokenizer::kQwen2: return {kQwen2, 1};
         case PreTokenizer::kDeepseek3: return {kDeepseek3, 3};
         case PreTokenizer::kDefault: break;

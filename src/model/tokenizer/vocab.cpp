@@ -71,6 +71,8 @@ constexpr PreInfo kPreTokenizers[] = {
     {"llama3", PreTokenizer::kLlama3},    {"llama-bpe", PreTokenizer::kLlama3},
     {"llama-v3", PreTokenizer::kLlama3},  {"qwen2", PreTokenizer::kQwen2},
     {"deepseek-r1-qwen", PreTokenizer::kQwen2}, {"deepseek-v3", PreTokenizer::kDeepseek3},
+    {"glm4", PreTokenizer::kGlm4},        {"chatglm-bpe", PreTokenizer::kGlm4},
+    {"gpt-4o", PreTokenizer::kGpt4o},
 };
 
 // Tokens llama.cpp recognises by their text when the metadata does not name them (its lists, as of the commit the
@@ -189,7 +191,12 @@ Status Vocab::read_settings(const gguf::File &file) {
             ignore_merges_ = true;  // a whole pre-token found in the vocabulary is emitted as is
             add_bos_ = true;
         }
-        if (pre_ == PreTokenizer::kQwen2 || pre_ == PreTokenizer::kDeepseek3) clean_spaces_ = false;
+        // Which pre-tokenizers skip Hugging Face's clean-up of spaces in detokenized text (llama.cpp's per-type
+        // settings; glm4 and gpt-4o from its source, not checked against its output here: no llama.cpp on this
+        // machine).
+        if (pre_ == PreTokenizer::kQwen2 || pre_ == PreTokenizer::kDeepseek3 || pre_ == PreTokenizer::kGlm4 ||
+            pre_ == PreTokenizer::kGpt4o)
+            clean_spaces_ = false;
     } else if (model == "llama") {
         model_ = ModelKind::kSpm;
         add_bos_ = true;

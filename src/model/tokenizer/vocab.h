@@ -48,7 +48,7 @@ enum TokenAttr : uint8_t {
 enum class ModelKind { kBpe, kSpm };  // tokenizer.ggml.model "gpt2" / "llama"
 
 // tokenizer.ggml.pre for byte-level BPE: selects the splitting patterns (pretokenize.h).
-enum class PreTokenizer { kDefault, kGpt2, kLlama3, kQwen2, kDeepseek3 };
+enum class PreTokenizer { kDefault, kGpt2, kLlama3, kQwen2, kDeepseek3, kGlm4, kGpt4o };
 
 constexpr int32_t kNoToken = -1;
 

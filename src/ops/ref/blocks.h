@@ -23,6 +23,20 @@ struct BlockQ5_1 { uint16_t d; uint16_t m; uint8_t qh[4]; uint8_t qs[kQK / 2]; }
 struct BlockQ8_0 { uint16_t d; int8_t qs[kQK]; };
 struct BlockQ8_1 { uint16_t d; uint16_t s; int8_t qs[kQK]; };
 struct BlockIq4Nl { uint16_t d; uint8_t qs[kQK / 2]; };
+// MXFP4 (OCP microscaling FP4): one E8M0 exponent byte, then 32 e2m1 values as nibbles (low nibbles elements 0..15,
+// high nibbles 16..31). The code book below is e2m1 doubled (so that it is integral) and the scale halved to match:
+// value = kMxfp4Values[nibble] * 2^(e - 128).
+struct BlockMxfp4 { uint8_t e; uint8_t qs[kQK / 2]; };
+
+inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// 2^(e - 128) exactly, for every byte e (E8M0 read as ggml does: 255 is 2^127, not NaN; 0 and 1 are subnormal).
+inline float e8m0_half_scale(uint8_t e) {
+    const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+    float f;
+    __builtin_memcpy(&f, &bits, sizeof f);
+    return f;
+}
 
 struct BlockQ2_K { uint8_t scales[kQKK / 16]; uint8_t qs[kQKK / 4]; uint16_t d; uint16_t dmin; };
 struct BlockQ3_K { uint8_t hmask[kQKK / 8]; uint8_t qs[kQKK / 4]; uint8_t scales[kKScaleBytes]; uint16_t d; };
@@ -39,6 +53,7 @@ static_assert(sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ8_1) == 36);
 static_assert(sizeof(BlockIq4Nl) == 18);
+static_assert(sizeof(BlockMxfp4) == 17);
 static_assert(sizeof(BlockQ2_K) == 84);
 static_assert(sizeof(BlockQ3_K) == 110);
 static_assert(sizeof(BlockQ4_K) == 144);

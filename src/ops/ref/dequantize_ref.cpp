@@ -88,6 +88,16 @@ void dequantize_iq4_nl(const BlockIq4Nl *x, float *y, int64_t nb) {
     }
 }
 
+void dequantize_mxfp4(const BlockMxfp4 *x, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i, y += kQK) {
+        const float d = e8m0_half_scale(x[i].e);  // a power of two: every product below is exact
+        for (int j = 0; j < kQK / 2; ++j) {
+            y[j] = static_cast<float>(kMxfp4Values[x[i].qs[j] & 0x0F]) * d;
+            y[j + kQK / 2] = static_cast<float>(kMxfp4Values[x[i].qs[j] >> 4]) * d;
+        }
+    }
+}
+
 // K-quants: super-blocks of 256. Q2_K and Q3_K walk two halves of 128 elements; in each half four 2-bit planes
 // (shift 0, 2, 4, 6) of the same 32 bytes, each plane split into two sub-blocks of 16 with their own scale.
 void dequantize_q2_k(const BlockQ2_K *x, float *y, int64_t nb) {
@@ -242,7 +252,7 @@ bool can_dequantize(int32_t type) {
     switch (type) {
         case KT_TYPE_F32: case KT_TYPE_F16: case KT_TYPE_BF16:
         case KT_TYPE_Q4_0: case KT_TYPE_Q4_1: case KT_TYPE_Q5_0: case KT_TYPE_Q5_1:
-        case KT_TYPE_Q8_0: case KT_TYPE_Q8_1: case KT_TYPE_IQ4_NL:
+        case KT_TYPE_Q8_0: case KT_TYPE_Q8_1: case KT_TYPE_IQ4_NL: case KT_TYPE_MXFP4:
         case KT_TYPE_Q2_K: case KT_TYPE_Q3_K: case KT_TYPE_Q4_K: case KT_TYPE_Q5_K:
         case KT_TYPE_Q6_K: case KT_TYPE_Q8_K: case KT_TYPE_IQ4_XS:
         case KT_TYPE_I8: case KT_TYPE_I16: case KT_TYPE_I32: case KT_TYPE_I64: case KT_TYPE_F64:
@@ -278,6 +288,7 @@ void dequantize_row(int32_t type, const void *src, float *dst, int64_t n) {
         case KT_TYPE_Q8_0: dequantize_q8_0(static_cast<const BlockQ8_0 *>(src), dst, nb32); return;
         case KT_TYPE_Q8_1: dequantize_q8_1(static_cast<const BlockQ8_1 *>(src), dst, nb32); return;
         case KT_TYPE_IQ4_NL: dequantize_iq4_nl(static_cast<const BlockIq4Nl *>(src), dst, nb32); return;
+        case KT_TYPE_MXFP4: dequantize_mxfp4(static_cast<const BlockMxfp4 *>(src), dst, nb32); return;
         case KT_TYPE_Q2_K: dequantize_q2_k(static_cast<const BlockQ2_K *>(src), dst, nb256); return;
         case KT_TYPE_Q3_K: dequantize_q3_k(static_cast<const BlockQ3_K *>(src), dst, nb256); return;
         case KT_TYPE_Q4_K: dequantize_q4_k(static_cast<const BlockQ4_K *>(src), dst, nb256); return;

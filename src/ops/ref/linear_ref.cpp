@@ -62,17 +62,28 @@ private:
     const float *bias_;
 };
 
-float silu(float x) { return x / (1.0f + std::exp(-x)); }
+// h = swiglu(g, u) with the variant of `o` (ops/linear.h, ExpertOptions).
+float swiglu(float g, float u, const ExpertOptions &o) {
+    if (o.swiglu_limit > 0.0f) {
+        g = std::min(g, o.swiglu_limit);
+        u = std::min(std::max(u, -o.swiglu_limit), o.swiglu_limit);
+    }
+    if (o.swiglu_alpha > 0.0f) return g / (1.0f + std::exp(-o.swiglu_alpha * g)) * (u + 1.0f);
+    return g / (1.0f + std::exp(-g)) * u;
+}
 
 // Tokens are grouped by expert, each expert's three matrices run as Linears over its tokens, and the weighted
 // outputs are summed per token in slot order.
 class RefExperts final : public ExpertFfn {
 public:
-    RefExperts(const MatrixStack &gate, const MatrixStack &up, const MatrixStack &down) {
+    RefExperts(const MatrixStack &gate, const MatrixStack &up, const MatrixStack &down, const ExpertOptions &options)
+        : options_(options) {
+        const int64_t I = gate.first.rows, H = gate.first.cols;
+        auto row = [](const float *bias, int64_t e, int64_t n) { return bias ? bias + e * n : nullptr; };
         for (int64_t e = 0; e < gate.count; ++e) {
-            gate_.emplace_back(gate.at(e), nullptr);
-            up_.emplace_back(up.at(e), nullptr);
-            down_.emplace_back(down.at(e), nullptr);
+            gate_.emplace_back(gate.at(e), row(options.gate_bias, e, I));
+            up_.emplace_back(up.at(e), row(options.up_bias, e, I));
+            down_.emplace_back(down.at(e), row(options.down_bias, e, H));
         }
     }
 
@@ -100,7 +111,7 @@ public:
             for (int64_t i = 0; i < n; ++i) std::copy_n(x + (slots[i] / k) * H, H, xs.begin() + i * H);
             KT_TRY(gate_[e].forward(xs.data(), n, g.data(), pool));              // g [n, I]
             KT_TRY(up_[e].forward(xs.data(), n, u.data(), pool));                // u [n, I]
-            for (int64_t i = 0; i < n * I; ++i) g[i] = silu(g[i]) * u[i];      // SwiGLU
+            for (int64_t i = 0; i < n * I; ++i) g[i] = swiglu(g[i], u[i], options_);
             KT_TRY(down_[e].forward(g.data(), n, y.data(), pool));               // y [n, H]
             for (int64_t i = 0; i < n; ++i) std::copy_n(y.begin() + i * H, H, slot_out.begin() + slots[i] * H);
         }
@@ -118,6 +129,7 @@ public:
     }
 
 private:
+    ExpertOptions options_;
     std::vector<RefLinear> gate_, up_, down_;
 };
 
@@ -132,7 +144,7 @@ public:
     }
 
     Status make_experts(const MatrixStack &gate, const MatrixStack &up, const MatrixStack &down,
-                        std::unique_ptr<ExpertFfn> *out) const override {
+                        const ExpertOptions &options, std::unique_ptr<ExpertFfn> *out) const override {
         for (const MatrixStack *s : {&gate, &up, &down}) {
             KT_TRY(check_matrix(s->first));
             KT_RETURN_IF(s->count != gate.count || s->count <= 0, KT_STATUS_INVALID_ARGUMENT,
@@ -143,7 +155,7 @@ public:
                          down.first.cols != gate.first.rows || down.first.rows != gate.first.cols,
                      KT_STATUS_INVALID_ARGUMENT, "experts '%s' / '%s' / '%s': shapes do not form a SwiGLU FFN",
                      gate.first.name, up.first.name, down.first.name);
-        *out = std::make_unique<RefExperts>(gate, up, down);
+        *out = std::make_unique<RefExperts>(gate, up, down, options);
         return Status::ok();
     }
 };

@@ -1,5 +1,5 @@
 // Scalar quantizers from f32: the activation formats dot-product kernels consume (Q8_0, Q8_1, Q8_K) and the
-// weight formats kt writes (Q4_0 ... Q6_K, IQ4_NL, IQ4_XS, F16, BF16).
+// weight formats kt writes (Q4_0 ... Q6_K, IQ4_NL, IQ4_XS, MXFP4, F16, BF16).
 //
 // Two families, held to different standards:
 //   - Q8_0, Q8_1, Q8_K, Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL follow ggml's reference quantizers' arithmetic and rounding
@@ -7,6 +7,7 @@
 //     rounding per operation (this translation unit is compiled with -ffp-contract=off). Their bytes are compared
 //     with llama.cpp's in tests/golden. For the activation formats that is what matters: a kernel's result then
 //     depends on the weights and the activations, not on whose quantizer produced them.
+//   - MXFP4 is kt's own too: of the two exponents that can be right for a block, the one with the smaller error.
 //   - The K-quants and IQ4_XS are kt's own. Each sub-block gets the scale (and min) that minimises its squared error
 //     over a sweep of candidate scales, each refined by least squares; the sub-block scales are then coded with the
 //     super-block scale, every code is tried against its neighbours with the elements re-quantized, and the
@@ -298,6 +299,59 @@ void quantize_iq4_nl(const float *x, void *dst, int64_t nb) {
         const float id = inverse(d);
         uint8_t q[kQK];
         for (int j = 0; j < kQK; ++j) q[j] = static_cast<uint8_t>(nearest_iq4(id * x[j]));
+        pack_nibbles(q, b.qs);
+        store(b, dst, i);
+    }
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// MXFP4: kt's own choice of the shared exponent
+
+// The nibble of the MXFP4 code nearest to v (in units of the block scale); equally near two codes, the smaller
+// magnitude. Codes 0..7 hold the magnitudes 0 1 2 3 4 6 8 12, codes 8..15 the same negated.
+uint8_t nearest_mxfp4(float v) {
+    constexpr float kMidpoints[7] = {0.5f, 1.5f, 2.5f, 3.5f, 5.0f, 7.0f, 10.0f};
+    const float a = std::fabs(v);
+    uint8_t m = 0;
+    while (m < 7 && a > kMidpoints[m]) ++m;  // NaN compares false: code 0
+    return static_cast<uint8_t>(m == 0 || !(v < 0.0f) ? m : m + 8);
+}
+
+// Squared error of the block coded with exponent byte e (codes written to q when q is not null).
+double mxfp4_error(const float *x, uint8_t e, uint8_t *q) {
+    const float d = e8m0_half_scale(e), id = inverse(d);
+    double err = 0.0;
+    for (int j = 0; j < kQK; ++j) {
+        const uint8_t c = nearest_mxfp4(x[j] * id);
+        const double diff = static_cast<double>(kMxfp4Values[c]) * d - x[j];
+        err += diff * diff;
+        if (q) q[j] = c;
+    }
+    return err;
+}
+
+// The scale is a power of two 2^(e - 128) with the codes' largest magnitude 12. The smallest e whose range holds
+// the block's largest |x| never clips; one less halves the step and clips only the top, which often wins. Both are
+// tried and the one with the smaller squared error kept; ggml's reference rule always picks one of the two, so kt
+// is never less accurate than it on any block. All-zero (or all non-finite) blocks store e = 0 and zero codes.
+void quantize_mxfp4(const float *x, void *dst, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i, x += kQK) {
+        BlockMxfp4 b{};
+        float max, amax;
+        signed_max(x, kQK, &max, &amax);
+        uint8_t q[kQK] = {};
+        if (amax > 0.0f && std::isfinite(amax)) {
+            // 2^(s+3) <= amax < 2^(s+4) with s = ilogb(amax) - 3; 12 * 2^s = 1.5 * 2^(s+3) may or may not reach amax.
+            int s = std::ilogb(amax) - 3;
+            if (12.0f * std::ldexp(1.0f, s) < amax) ++s;
+            const int e_hold = std::min(254, std::max(0, s + 128));
+            const int e_clip = std::max(0, e_hold - 1);
+            b.e = static_cast<uint8_t>(mxfp4_error(x, static_cast<uint8_t>(e_clip), nullptr) <
+                                               mxfp4_error(x, static_cast<uint8_t>(e_hold), nullptr)
+                                           ? e_clip
+                                           : e_hold);
+            mxfp4_error(x, b.e, q);
+        }
         pack_nibbles(q, b.qs);
         store(b, dst, i);
     }
@@ -788,7 +842,7 @@ bool can_quantize(int32_t type) {
     switch (type) {
         case KT_TYPE_F32: case KT_TYPE_F16: case KT_TYPE_BF16:
         case KT_TYPE_Q4_0: case KT_TYPE_Q4_1: case KT_TYPE_Q5_0: case KT_TYPE_Q5_1:
-        case KT_TYPE_Q8_0: case KT_TYPE_Q8_1: case KT_TYPE_IQ4_NL:
+        case KT_TYPE_Q8_0: case KT_TYPE_Q8_1: case KT_TYPE_IQ4_NL: case KT_TYPE_MXFP4:
         case KT_TYPE_Q2_K: case KT_TYPE_Q3_K: case KT_TYPE_Q4_K: case KT_TYPE_Q5_K:
         case KT_TYPE_Q6_K: case KT_TYPE_Q8_K: case KT_TYPE_IQ4_XS:
             return true;
@@ -810,6 +864,7 @@ void quantize_row(int32_t type, const float *src, void *dst, int64_t n) {
         case KT_TYPE_Q8_0: quantize_q8_32<BlockQ8_0, false>(src, dst, nb32); return;
         case KT_TYPE_Q8_1: quantize_q8_32<BlockQ8_1, true>(src, dst, nb32); return;
         case KT_TYPE_IQ4_NL: quantize_iq4_nl(src, dst, nb32); return;
+        case KT_TYPE_MXFP4: quantize_mxfp4(src, dst, nb32); return;
         case KT_TYPE_Q2_K: quantize_q2_k(src, dst, nb256); return;
         case KT_TYPE_Q3_K: quantize_q3_k(src, dst, nb256); return;
         case KT_TYPE_Q4_K: quantize_q4_k(src, dst, nb256); return;

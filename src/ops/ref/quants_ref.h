@@ -6,7 +6,7 @@
 //
 // Quantization (quantize_ref.cpp) follows ggml's reference rules exactly for Q8_0, Q8_1, Q8_K, Q4_0, Q4_1, Q5_0,
 // Q5_1 and IQ4_NL (tests/golden compares bytes with llama.cpp's) and uses kt's own least-squares search for the
-// K-quants and IQ4_XS (tests/unit states the error each reaches).
+// K-quants, IQ4_XS and MXFP4 (tests/unit states the error each reaches).
 #pragma once
 
 #include <cstdint>
@@ -24,7 +24,7 @@ bool can_dequantize(int32_t type);
 void dequantize_row(int32_t type, const void *src, float *dst, int64_t n);
 
 // True for the types quantize_row produces: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, IQ4_NL, Q2_K,
-// Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_XS.
+// Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_XS, MXFP4.
 bool can_quantize(int32_t type);
 
 // Quantizes n elements (n a multiple of the type's block size) from src into dst, which receives

@@ -55,6 +55,7 @@ pub const KT_TYPE_I32: i32 = 26;
 pub const KT_TYPE_I64: i32 = 27;
 pub const KT_TYPE_F64: i32 = 28;
 pub const KT_TYPE_BF16: i32 = 30;
+pub const KT_TYPE_MXFP4: i32 = 39;
 pub const KT_META_UINT8: i32 = 0;
 pub const KT_META_INT8: i32 = 1;
 pub const KT_META_UINT16: i32 = 2;
@@ -534,6 +535,7 @@ extern "C" {
     pub fn kt_context_n_threads(context: *const kt_context) -> i32;
     pub fn kt_context_n_ctx(context: *const kt_context) -> i64;
     pub fn kt_context_n_past(context: *const kt_context) -> i64;
+    pub fn kt_context_kv_size(context: *const kt_context, out_bytes: *mut u64, out_bytes_per_position: *mut u64) -> kt_status;
     pub fn kt_context_decode(
         context: *mut kt_context,
         tokens: *const i32,

@@ -34,6 +34,7 @@ pub mod types {
     pub const Q5_K: i32 = sys::KT_TYPE_Q5_K;
     pub const Q6_K: i32 = sys::KT_TYPE_Q6_K;
     pub const IQ4_XS: i32 = sys::KT_TYPE_IQ4_XS;
+    pub const MXFP4: i32 = sys::KT_TYPE_MXFP4;
 }
 
 // ------------------------------------------------------------------------------------------------------------

@@ -163,7 +163,7 @@ void check_case(const Case &c, uint64_t seed) {
         if (cols > gran && cols % gran == 0) slices.push_back({3, 40, gran, cols - gran});
 
         for (const Slice &sl : slices) {
-            for (int64_t m : {1, 2, 3, 5, 9}) {
+            for (int64_t m : {1, 2, 3, 5, 7, 9, 31, 33}) {
                 INFO("type " << ops::type_traits(c.src_type)->name << " target " << static_cast<int>(c.target) << " group "
                              << c.group << " K " << cols << " rows [" << sl.r0 << "+" << sl.n << ") cols [" << sl.k0
                              << "+" << sl.k << ") m " << m);
@@ -196,10 +196,10 @@ void check_case(const Case &c, uint64_t seed) {
                     cpu::IsaLevel ran_on = cpu::IsaLevel::kScalar;
                     const std::vector<float> y = run_gemm(*ks, c, src, sl.r0, sl.n, sl.k0, sl.k, x, m, &ran_on);
                     INFO("computed by " << cpu::isa_level_name(ran_on) << " code");
-                    // The AMX set takes a call with enough rows whenever AMX has a kernel for the format.
+                    // The AMX set takes a call with enough rows whenever AMX has a kernel for the format: every
+                    // format kt packs (the GGUF ones through the group-wise kernels).
                     if (ks->level == cpu::IsaLevel::kAmx) {
-                        const bool amx_format = c.target != moe::TargetFormat::kAsSource || is_bf16(c);
-                        CHECK((ran_on == cpu::IsaLevel::kAmx) == (m >= cpu::kAmxMinRows && amx_format));
+                        CHECK((ran_on == cpu::IsaLevel::kAmx) == (m >= cpu::kAmxMinRows));
                     } else {
                         CHECK(ran_on == ks->level);
                     }
@@ -287,5 +287,13 @@ TEST_CASE("gemm kernels: the AMX set on the tile machine", "[amx]") {
     check_case({KT_TYPE_F32, moe::TargetFormat::kInt4, 32, {96}}, 72);
     check_case({KT_TYPE_F32, moe::TargetFormat::kBf16, 0, {33}}, 73);
     check_case({KT_TYPE_BF16, moe::TargetFormat::kAsSource, 0, {64}}, 74);
+    // The GGUF formats through the group-wise kernels (groups of 32; Q6_K of 16), K slices mid-super-block
+    // included, each bit for bit equal to every other kernel set.
+    check_case({KT_TYPE_Q8_0, moe::TargetFormat::kAsSource, 0, {96}}, 75);
+    check_case({KT_TYPE_Q4_0, moe::TargetFormat::kAsSource, 0, {160}}, 76);
+    check_case({KT_TYPE_Q4_K, moe::TargetFormat::kAsSource, 0, {256}}, 77);
+    check_case({KT_TYPE_Q5_K, moe::TargetFormat::kAsSource, 0, {256}}, 78);
+    check_case({KT_TYPE_Q6_K, moe::TargetFormat::kAsSource, 0, {512}}, 79);
+    check_case({KT_TYPE_IQ4_XS, moe::TargetFormat::kAsSource, 0, {256}}, 80);
     CHECK(test::thread_tile_machine().instructions > executed_before);  // the AMX calls ran on the tile machine
 }

@@ -1,8 +1,12 @@
 // The AMX kernel set: the expert engine's GEMM entry points routed to the JIT AMX kernels (backends/cpu/amx) for
 // the weight types they cover, over the same packed buffers (the INT8 / INT4 / BF16 layouts of packed.h are the
-// AMX contract's, byte for byte).
+// AMX contract's, byte for byte). The group-wise GGUF formats (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS) go through
+// amx::gemm_s8_grouped_f32: per call, the activation rows are gathered once into the kernels' padded layout;
+// per 32-column panel, the base set's unpack_panel_s8 writes the signed codes and fp32 group scales into a
+// per-thread scratch (L1/L2 resident, reused by every 32-row block of the call), which the kernel then reads.
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <vector>
 
 #include "backends/cpu/amx/amx_gemm.h"
@@ -35,6 +39,39 @@ struct Gathered {
 };
 thread_local Gathered tls_gathered;
 
+// The group size of a format the group-wise AMX kernels take, or 0.
+int32_t grouped_group(const PackedLayout &l) {
+    switch (l.type) {
+        case PackedType::kQ8_0:
+        case PackedType::kQ4_0:
+        case PackedType::kQ4_K:
+        case PackedType::kQ5_K:
+        case PackedType::kQ6_K:
+        case PackedType::kIq4Xs: return l.group;
+        default: return 0;
+    }
+}
+
+// Per-thread buffers of the group-wise path; each grows to the largest call once and is reused afterwards.
+struct alignas(64) Line {
+    uint8_t bytes[64];
+};
+struct GroupedScratch {
+    std::vector<Line> a;          // activations [round_up(m, 32)][lda]
+    std::vector<float> a_scale;   // [m]
+    std::vector<float> asum;      // [ceil(m / 32)][groups][32]
+    std::vector<Line> tiles;      // one unpacked panel
+    std::vector<float> scale, neg_min;  // [groups][32]
+};
+thread_local GroupedScratch tls_grouped;
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+int8_t *lines(std::vector<Line> &v, int64_t bytes) {
+    v.resize(static_cast<size_t>((bytes + 63) / 64));
+    return reinterpret_cast<int8_t *>(v.data());
+}
+
 const Status kAmxGone(KT_STATUS_UNSUPPORTED, "AMX is no longer available in this process");
 
 // A call AMX does not take, by design: computed and counted as the base set's.
@@ -52,8 +89,67 @@ void fall_back(const Status &s, const PackedMatrix &w, const GemmActs &a, int64_
     on_base(w, a, m, n_begin, n_end, c, ldc);
 }
 
+// The activation rows of a group-wise call in the layout amx::GroupedActs states (rows padded with zeros to a
+// multiple of 32, so that no tile load reads past the buffer).
+amx::GroupedActs gather_grouped(const GemmActs &a, int64_t m, int64_t k, int32_t group, bool mins, GroupedScratch &g) {
+    const int64_t lda = round_up(k, 64), rows = round_up(m, amx::kMBlock), groups = k / group;
+    int8_t *dst = lines(g.a, rows * lda);
+    g.a_scale.resize(static_cast<size_t>(m));
+    if (mins) g.asum.resize(static_cast<size_t>(rows * groups));
+    for (int64_t i = 0; i < m; ++i) {
+        const int64_t row = a.rows ? a.rows[i] : i;
+        std::memcpy(dst + i * lda, a.q + row * a.q_ld, static_cast<size_t>(k));
+        g.a_scale[static_cast<size_t>(i)] = a.scale[row];
+        if (!mins) continue;
+        float *asum = g.asum.data() + (i / amx::kMBlock) * groups * amx::kMBlock + i % amx::kMBlock;
+        const int32_t *sums = a.sums + row * a.sums_ld;  // QuantSpec of a format with mins: plain group sums
+        for (int64_t gi = 0; gi < groups; ++gi) asum[gi * amx::kMBlock] = static_cast<float>(sums[gi]);
+    }
+    std::memset(dst + m * lda, 0, static_cast<size_t>((rows - m) * lda));
+    amx::GroupedActs acts;
+    acts.m = m;
+    acts.a = dst;
+    acts.lda = lda;
+    acts.a_scale = g.a_scale.data();
+    acts.asum = mins ? g.asum.data() : nullptr;
+    return acts;
+}
+
+Status gemm_grouped(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t n_begin, int64_t n_end, float *c,
+                    int64_t ldc) {
+    const PackedLayout &l = w.layout;
+    const int32_t group = grouped_group(l);
+    const bool mins = packed_type_info(l.type).has_mins;
+    GroupedScratch &g = tls_grouped;
+    const amx::GroupedActs acts = gather_grouped(a, m, l.k, group, mins, g);
+    int8_t *tiles = lines(g.tiles, (l.k + 63) / 64 * 2 * kTileBytes);
+    g.scale.resize(static_cast<size_t>(l.groups * kPanel));
+    if (mins) g.neg_min.resize(static_cast<size_t>(l.groups * kPanel));
+    auto *session = static_cast<amx::TileSession *>(a.tile_session);
+    for (int64_t p = n_begin / kPanel; p * kPanel < n_end; ++p) {
+        amx::GroupedPanel b;
+        b.n = static_cast<int32_t>(std::min<int64_t>(kPanel, n_end - p * kPanel));
+        b.k = l.k;
+        b.group = group;
+        // Q8_0's packed tiles are the signed codes already: only its scales need unpacking.
+        const bool as_stored = l.type == PackedType::kQ8_0;
+        g_base->unpack_panel_s8(w, p, as_stored ? nullptr : tiles, g.scale.data(), mins ? g.neg_min.data() : nullptr);
+        b.tiles = as_stored ? reinterpret_cast<const int8_t *>(w.tile(p, 0, 0)) : tiles;
+        b.scale = g.scale.data();
+        b.neg_min = mins ? g.neg_min.data() : nullptr;
+        KT_TRY(amx::gemm_s8_grouped_f32(session, b, acts, c + (p * kPanel - n_begin), ldc));
+    }
+    return Status::ok();
+}
+
 void gemm_int_amx(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t n_begin, int64_t n_end, float *c,
                   int64_t ldc) {
+    if (m >= kAmxMinRows && grouped_group(w.layout) != 0) {
+        if (!amx::available()) return fall_back(kAmxGone, w, a, m, n_begin, n_end, c, ldc);
+        const Status s = gemm_grouped(w, a, m, n_begin, n_end, c, ldc);
+        if (!s.is_ok()) return fall_back(s, w, a, m, n_begin, n_end, c, ldc);
+        return count_gemm(a, IsaLevel::kAmx, w, m, n_begin, n_end);
+    }
     amx::PackedB b;
     if (m < kAmxMinRows || !as_amx(w, &b)) return on_base(w, a, m, n_begin, n_end, c, ldc);
     if (!amx::available()) return fall_back(kAmxGone, w, a, m, n_begin, n_end, c, ldc);

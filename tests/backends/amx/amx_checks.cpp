@@ -5,6 +5,7 @@
 
 #include "amx/amx_reference.h"
 #include "amx/amx_test_util.h"
+#include "backends/cpu/amx/amx_pack_layout.h"
 
 using namespace kt::cpu::amx;
 
@@ -148,6 +149,80 @@ void check_bf16(const Shape &sh, uint32_t seed) {
         c.check_sentinels();
     });
     CHECK(worst <= 1.0);
+}
+
+void check_grouped(const Shape &sh, bool mins, uint32_t seed) {
+    std::mt19937 rng(seed);
+    const int64_t groups = sh.k / sh.group, ldw = sh.k + 1, panels = (sh.n + kNPanel - 1) / kNPanel;
+    // A as GroupedActs states it: round_up(m, 32) rows (rows m.. zero), lda == K, sized exactly.
+    const int64_t rows = (sh.m + kMBlock - 1) / kMBlock * kMBlock, lda = sh.k;
+    AlignedBytes a = aligned_bytes(static_cast<size_t>((rows * lda + 63) / 64 * 64));
+    const auto a_rand = random_s8(static_cast<size_t>(sh.m * lda), rng);
+    std::memset(a.get(), 0, static_cast<size_t>(rows * lda));
+    std::memcpy(a.get(), a_rand.data(), a_rand.size());
+    const auto *a8 = reinterpret_cast<const int8_t *>(a.get());
+    const auto w = random_s8(static_cast<size_t>(sh.n * ldw), rng);
+    const auto w_scale = random_scales(static_cast<size_t>(sh.n * groups), rng);
+    std::vector<float> w_neg_min = random_scales(static_cast<size_t>(sh.n * groups), rng);
+    for (size_t i = 0; i < w_neg_min.size(); i += 3) w_neg_min[i] = -w_neg_min[i];  // both signs
+    const auto a_scale = random_scales(static_cast<size_t>(sh.m), rng);
+    std::vector<float> asum(static_cast<size_t>(rows * groups));
+    for (int64_t i = 0; i < sh.m; ++i)
+        for (int64_t g = 0; g < groups; ++g) {
+            int32_t s = 0;
+            for (int64_t x = 0; x < sh.group; ++x) s += a8[i * lda + g * sh.group + x];
+            asum[static_cast<size_t>(((i / kMBlock) * groups + g) * kMBlock + i % kMBlock)] = static_cast<float>(s);
+        }
+    // The tiles of each panel: the INT8 layout (pack_b_int8 of the codes; its scales are not used).
+    const std::vector<float> unit(static_cast<size_t>(sh.n), 1.0f);
+    const PackedBDesc desc{WeightType::kInt8, sh.n, sh.k, 0};
+    const Packed p = pack(desc, [&](void *dst, size_t size) {
+        return pack_b_int8(desc, w.data(), ldw, unit.data(), dst, size);
+    });
+    PackedLayout layout;
+    REQUIRE(packed_layout(desc, &layout).is_ok());
+    // Scales per panel as [groups][32], zero for the padding columns.
+    std::vector<float> scale(static_cast<size_t>(panels * groups * kNPanel)), neg_min(scale.size());
+    for (int64_t j = 0; j < sh.n; ++j)
+        for (int64_t g = 0; g < groups; ++g) {
+            const size_t at = static_cast<size_t>(((j / kNPanel) * groups + g) * kNPanel + j % kNPanel);
+            scale[at] = w_scale[static_cast<size_t>(j * groups + g)];
+            neg_min[at] = w_neg_min[static_cast<size_t>(j * groups + g)];
+        }
+    const auto ref = amx_ref::gemm_s8_grouped_f32(sh.m, sh.n, sh.k, sh.group, a8, lda, a_scale.data(), w.data(), ldw,
+                                                  w_scale.data(), mins ? w_neg_min.data() : nullptr);
+    GroupedActs acts;
+    acts.m = sh.m;
+    acts.a = a8;
+    acts.lda = lda;
+    acts.a_scale = a_scale.data();
+    acts.asum = mins ? asum.data() : nullptr;
+    for_each_amx_runner([&](const char *runner) {
+        INFO(runner << ": " << describe(sh) << (mins ? " with mins" : ""));
+        OutC<float> c(sh.m, sh.n);
+        TileSession session;
+        for (int64_t panel = 0; panel < panels; ++panel) {
+            GroupedPanel b;
+            b.n = static_cast<int32_t>(std::min<int64_t>(kNPanel, sh.n - panel * kNPanel));
+            b.k = sh.k;
+            b.group = sh.group;
+            b.tiles = reinterpret_cast<const int8_t *>(p.bytes.get() + layout.panel_offset(panel));
+            b.scale = scale.data() + panel * groups * kNPanel;
+            b.neg_min = mins ? neg_min.data() + panel * groups * kNPanel : nullptr;
+            // The first panel brackets itself, the others share a session.
+            const Status s = gemm_s8_grouped_f32(panel == 0 ? nullptr : &session, b, acts,
+                                                 c.c.data() + panel * kNPanel, c.ldc);
+            INFO(s.message());
+            REQUIRE(s.is_ok());
+        }
+        REQUIRE(session.end().is_ok());
+        for (int64_t i = 0; i < sh.m; ++i)
+            for (int64_t j = 0; j < sh.n; ++j) {
+                INFO("C[" << i << "][" << j << "]");
+                REQUIRE(f32_bits(c.at(i, j)) == f32_bits(ref[static_cast<size_t>(i * sh.n + j)]));
+            }
+        c.check_sentinels();
+    });
 }
 
 }  // namespace kt::test

@@ -105,6 +105,8 @@ class JitCode;
 
 namespace kt::cpu::amx {
 
+struct TileConfig;  // amx_tile_config.h
+
 // ---- packed weights ------------------------------------------------------------------------------------------
 
 inline constexpr int64_t kNPanel = 32;        // columns per packed panel and per kernel call
@@ -173,9 +175,12 @@ public:
     TileSession(const TileSession &) = delete;
     TileSession &operator=(const TileSession &) = delete;
 
-    // Loads kt's tile palette on this thread unless it is loaded already; the first call saves the thread's
-    // configuration. MISUSE from another thread than the creator's.
+    // Loads kt's tile palette (or `palette`, a kernel's own: amx_tile_config.h) on this thread unless it is loaded
+    // already; the first call saves the thread's configuration. A change of palette costs one LDTILECFG (about
+    // 60 ns measured; it also zeroes the tiles), so callers group calls of one palette. MISUSE from another
+    // thread than the creator's.
     Status configure();
+    Status configure(const TileConfig &palette);
     // Restores the saved configuration or releases the tiles. Idempotent; a later configure() starts over.
     Status end();
 
@@ -183,6 +188,7 @@ public:
 
 private:
     alignas(64) uint8_t saved_[64] = {};
+    alignas(64) uint8_t loaded_[64] = {};
     bool active_ = false;
     std::thread::id owner_ = std::this_thread::get_id();
 };
@@ -209,6 +215,39 @@ Status gemm_s8_f32(TileSession *session, const PackedB &b, int64_t m, int64_t n_
 Status gemm_bf16_f32(TileSession *session, const PackedB &b, int64_t m, int64_t n_begin, int64_t n_end,
                      const uint16_t *a /* [m][lda] */, int64_t lda, float *c /* [m][ldc], column n_begin first */,
                      int64_t ldc);
+
+// ---- group-wise int8 weights (the GGUF formats) --------------------------------------------------------------
+//
+// Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS keep their own packed layouts (backends/cpu/packed.h); the AMX kernel set
+// turns one 32-column panel at a time into a GroupedPanel (signed int8 codes in the INT8 tile layout, fp32 group
+// scales) and multiplies it with activations prepared once per call (GroupedActs). Numerics are the other kernel
+// sets' (backends/cpu/kernels.h), so results are the same bits on every ISA:
+//   per group g of `group` K positions, in order: isum = sum_{k in g} a_q[m][k] * w_q[n][k]   (int32, exact)
+//     acc = fma(float(isum), scale[g][n], acc)                                    (acc from +0)
+//     with mins: acc = fma(neg_min[g][n], asum[m][g], acc)   (= fnma(min, asum, acc) bit for bit: -min is exact)
+//   C = acc * a_scale[m]
+struct GroupedPanel {
+    int32_t n = 0;      // valid columns, 1..32 (the rest of the panel is zero)
+    int64_t k = 0;      // K, a multiple of group
+    int32_t group = 0;  // 16 or 32
+    // The INT8 layout of one panel (see "Packed layouts"): ceil(K / 64) steps of two 1 KiB tiles, signed codes.
+    const int8_t *tiles = nullptr;
+    const float *scale = nullptr;    // [K / group][32]
+    const float *neg_min = nullptr;  // [K / group][32] (formats with mins), or nullptr
+};
+
+struct GroupedActs {
+    int64_t m = 0;           // rows, >= 1
+    const int8_t *a = nullptr;  // [round_up(m, 32)][lda], K columns read; rows m.. are read too (keep them zero)
+    int64_t lda = 0;         // bytes, >= K
+    const float *a_scale = nullptr;  // [m]
+    // With mins: per 32-row block b, asum[b][g][r] = float(sum_{k in g} a_q[32b + r][k]) ([ceil(m/32)][K/group][32]).
+    const float *asum = nullptr;
+};
+
+// C[m][0..b.n) (ldc in elements, c at the panel's first column). INVALID_ARGUMENT for bad shapes or pointers;
+// UNSUPPORTED when available() is false; INTERNAL for a kernel that failed to generate or faulted.
+Status gemm_s8_grouped_f32(TileSession *session, const GroupedPanel &b, const GroupedActs &a, float *c, int64_t ldc);
 
 // ---- where generated code runs -------------------------------------------------------------------------------
 

@@ -14,14 +14,19 @@
 //             scales applied and masked stores for partial columns, one row per loop iteration
 //   postamble
 //
+//   Group-wise kinds (GroupedPanel): per group, A tiles one group wide and B tiles of group / 4 rows (their own
+//   palette), 4 TMULs, then C -> stack, acc = fma(float(C), scale, acc) [+ fma(-min, asum, acc)], tilezero C.
+//
 // Register use:
 //   r8, r9   A row 0 and row 16 of the block at the current K          r10  lda (bytes)
 //   r11      B: current packed step / unit                               r12  64, the stride of packed/stack tiles
 //   r13      C row pointer                                               r14  ldc (bytes)
-//   r15      B scales (INT8: the panel's; INT4: the current group's)     rbx  a_scale row pointer
-//   rsi      K loop counter                                              rdi  params, then 128 (C stack stride)
+//   r15      B scales (INT8: the panel's; INT4, grouped: the current group's)   rbx  a_scale row pointer
+//   rsi      K loop counter                                              rdi  params, then 128 (C stack stride);
+//                                                                             grouped: the asum row pointer
 //   rax, rcx, rdx  temporaries and the epilogue row loop
-//   zmm0, zmm1 temporaries; zmm28 0xF0 bytes (INT4 unpack); zmm29 a_scale[m]; zmm30, zmm31 weight scales
+//   zmm0, zmm1 temporaries; zmm26, zmm27 the group's -min (grouped with mins); zmm28 0xF0 bytes (INT4 unpack);
+//   zmm29 a_scale[m]; zmm30, zmm31 weight scales
 //   k1, k2   column masks of the two 16-column halves (partial n); k3 byte mask of the partial K step
 #include "backends/cpu/amx/amx_gemm_kernel.h"
 
@@ -62,13 +67,17 @@ const char *kind_name(GemmKind kind) {
         case GemmKind::kS8F32: return "s8f32";
         case GemmKind::kS4F32: return "s4f32";
         case GemmKind::kBf16F32: return "bf16f32";
+        case GemmKind::kS8GroupF32: return "s8g";
+        case GemmKind::kS8GroupMinF32: return "s8gm";
     }
     return "unknown";
 }
 
+bool is_grouped(GemmKind kind) { return kind == GemmKind::kS8GroupF32 || kind == GemmKind::kS8GroupMinF32; }
+
 Status validate(const GemmKernelDesc &d) {
     KT_RETURN_IF(d.kind != GemmKind::kS8S32 && d.kind != GemmKind::kS8F32 && d.kind != GemmKind::kS4F32 &&
-                     d.kind != GemmKind::kBf16F32,
+                     d.kind != GemmKind::kBf16F32 && !is_grouped(d.kind),
                  KT_STATUS_INVALID_ARGUMENT, "amx gemm kernel: unknown kind %d", static_cast<int>(d.kind));
     KT_RETURN_IF(d.m < 1 || d.m > kMBlock, KT_STATUS_INVALID_ARGUMENT, "amx gemm kernel: m = %d is not in 1..%lld",
                  d.m, static_cast<long long>(kMBlock));
@@ -76,7 +85,13 @@ Status validate(const GemmKernelDesc &d) {
                  d.n, static_cast<long long>(kNPanel));
     KT_RETURN_IF(d.k < 1 || d.k > kMaxK, KT_STATUS_INVALID_ARGUMENT, "amx gemm kernel: k = %lld is not in 1..%lld",
                  static_cast<long long>(d.k), static_cast<long long>(kMaxK));
-    if (d.kind == GemmKind::kS4F32) {
+    if (is_grouped(d.kind)) {
+        KT_RETURN_IF(d.group != 16 && d.group != 32, KT_STATUS_INVALID_ARGUMENT,
+                     "amx gemm kernel: group %d of a group-wise kernel is not 16 or 32", d.group);
+        KT_RETURN_IF(d.k % d.group != 0, KT_STATUS_INVALID_ARGUMENT,
+                     "amx gemm kernel: k = %lld is not a multiple of the group %d", static_cast<long long>(d.k),
+                     d.group);
+    } else if (d.kind == GemmKind::kS4F32) {
         KT_RETURN_IF(d.group != 32 && d.group != 64 && d.group != 128, KT_STATUS_INVALID_ARGUMENT,
                      "amx gemm kernel: INT4 group %d is not 32, 64 or 128", d.group);
         KT_RETURN_IF(d.k % d.group != 0, KT_STATUS_INVALID_ARGUMENT,
@@ -94,24 +109,31 @@ Status validate(const GemmKernelDesc &d) {
 class GemmKernelGenerator final : public AmxGenerator {
 public:
     explicit GemmKernelGenerator(const GemmKernelDesc &desc)
-        : AmxGenerator(gemm_kernel_name(desc), kt_palette(), kMaxCodeSize), d_(desc) {
+        : AmxGenerator(gemm_kernel_name(desc), is_grouped(desc.kind) ? group_palette(desc.group) : kt_palette(),
+                       kMaxCodeSize),
+          d_(desc) {
         tiles_m_ = (d_.m + kTileRows - 1) / kTileRows;
         tiles_n_ = (d_.n + kTileCols - 1) / kTileCols;
         for (int i = 0; i < 2; ++i) rows_[i] = std::clamp(d_.m - i * kTileRows, 0, kTileRows);
         for (int j = 0; j < 2; ++j) cols_[j] = std::clamp(d_.n - j * kTileCols, 0, kTileCols);
         s4_ = d_.kind == GemmKind::kS4F32;
+        grouped_ = is_grouped(d_.kind);
+        mins_ = d_.kind == GemmKind::kS8GroupMinF32;
         const int64_t k_bytes = d_.kind == GemmKind::kBf16F32 ? 2 * d_.k : d_.k;
-        k_tail_bytes_ = static_cast<int>(k_bytes % kStepBytes);
-        // Stack frame: [A stage: 2 tiles][INT4 B stage][C: 32 rows x 128 B][INT4 accumulator: 32 x 128 B].
+        k_tail_bytes_ = grouped_ ? 0 : static_cast<int>(k_bytes % kStepBytes);  // groups cover K exactly
+        // Stack frame: [A stage: 2 tiles][INT4 B stage][C: 32 rows x 128 B][accumulator: 32 x 128 B][pointers].
         int32_t offset = 0;
         stage_a_ = offset;
-        offset += 2 * kTileBytes;
+        if (!grouped_) offset += 2 * kTileBytes;  // grouped: A is padded by the caller, never staged
         stage_b_ = offset;
         if (s4_) offset += (d_.group == 32 ? 4 : 2) * kTileBytes;
         c_stack_ = offset;
         offset += kMBlock * kCStackStride;
         acc_ = offset;
-        if (s4_) offset += kMBlock * kCStackStride;
+        if (accumulates()) offset += kMBlock * kCStackStride;
+        slot_b_min_ = offset;
+        slot_a_sums_ = offset + 8;
+        if (mins_) offset += 64;
         // A kernel of whole tiles with raw output and whole K steps touches no stack buffer.
         const bool stackless = !scaled() && whole_tiles() && k_tail_bytes_ == 0;
         frame_bytes_ = stackless ? 0 : offset;
@@ -132,10 +154,13 @@ private:
     const Zmm &zmm_nibble_mask_ = zmm28;
     const Zmm &zmm_a_scale_ = zmm29;
     Zmm zmm_w_scale(int j) const { return Zmm(30 + j); }
+    Zmm zmm_neg_min(int j) const { return Zmm(26 + j); }
     Xbyak::Opmask col_mask(int j) const { return Xbyak::Opmask(1 + j); }
     const Xbyak::Opmask &k_tail_mask_ = k3;
 
-    bool scaled() const { return d_.kind == GemmKind::kS8F32 || d_.kind == GemmKind::kS4F32; }
+    bool scaled() const { return d_.kind == GemmKind::kS8F32 || accumulates(); }
+    // Kinds that sum groups into an fp32 accumulator on the stack.
+    bool accumulates() const { return s4_ || grouped_; }
     bool whole_tiles() const { return d_.m % kTileRows == 0 && d_.n % kTileCols == 0; }
     Tdp tdp_op() const { return d_.kind == GemmKind::kBf16F32 ? Tdp::kBf16ps : Tdp::kBssd; }
 
@@ -146,7 +171,9 @@ private:
         zero_stack_buffers();
         for (int i = 0; i < tiles_m_; ++i)
             for (int j = 0; j < tiles_n_; ++j) tile_zero(tile_c(i, j));
-        if (s4_) {
+        if (grouped_) {
+            k_loop_grouped();
+        } else if (s4_) {
             k_loop_s4();
         } else {
             k_loop_dense();
@@ -165,6 +192,12 @@ private:
             mov(reg_b_scale_, ptr[abi_param1 + offset_of(offsetof(GemmKernelParams, b_scale))]);
             mov(reg_a_scale_, ptr[abi_param1 + offset_of(offsetof(GemmKernelParams, a_scale))]);
         }
+        if (mins_) {  // read once per group: kept on the stack, registers are all taken
+            mov(rax, ptr[abi_param1 + offset_of(offsetof(GemmKernelParams, b_min))]);
+            mov(ptr[rsp + slot_b_min_], rax);
+            mov(rax, ptr[abi_param1 + offset_of(offsetof(GemmKernelParams, a_sums))]);
+            mov(ptr[rsp + slot_a_sums_], rax);
+        }
         if (tiles_m_ == 2) {  // A row 16 = A + 16 * lda
             mov(reg_a_[1], reg_lda_);
             shl(reg_a_[1], 4);
@@ -174,7 +207,7 @@ private:
 
     void set_constants() {
         mov(reg_64_, kRowBytes);
-        mov(reg_128_, kCStackStride);  // abi_param1 is not needed any more
+        if (!grouped_) mov(reg_128_, kCStackStride);  // abi_param1 is not needed any more (grouped: a temporary)
         for (int j = 0; j < tiles_n_; ++j) {
             if (cols_[j] == kTileCols) continue;
             mov(eax, (1u << cols_[j]) - 1);
@@ -202,7 +235,7 @@ private:
             if (!zeroed) vpxord(zmm0, zmm0, zmm0);
             zeroed = vector_used_ = true;
         };
-        for (int i = 0; i < tiles_m_; ++i) {
+        for (int i = 0; i < tiles_m_ && !grouped_; ++i) {  // grouped: A is padded to 32 rows by the caller
             if (rows_[i] == kTileRows) continue;  // partial rows: rows beyond m stay zero (finite for bf16)
             zero_reg();
             store_zero_rows(stage_a_ + i * kTileBytes + rows_[i] * kRowBytes, kTileRows - rows_[i]);
@@ -214,7 +247,7 @@ private:
                 store_zero_rows(stage_b_s4(1, j, 0), 8);
             }
         }
-        if (s4_) {
+        if (accumulates()) {
             zero_reg();
             for (int r = 0; r < d_.m; ++r)
                 for (int j = 0; j < tiles_n_; ++j)
@@ -368,6 +401,73 @@ private:
         }
     }
 
+    // Group-wise: group v of a 64-K step is rows 16v/4.. of the step's B tiles (group / 4 rows each) against
+    // bytes group*v.. of A; A tiles are one group wide (group_palette), so every TMUL is exactly one group.
+    void grouped_step(int v) {
+        for (int i = 0; i < tiles_m_; ++i) tile_load(tile_a(i), reg_a_[i], reg_lda_, v * d_.group);
+        for (int j = 0; j < tiles_n_; ++j) tile_load(tile_b(j), reg_b_, reg_64_, j * kTileBytes + v * d_.group * 16);
+        tmuls();
+        grouped_epilogue();
+    }
+
+    // Group-wise, end of a group: acc = fma(float(C), scale[g], acc) (and fma(-min[g], asum[g], acc)), C = 0.
+    // C goes through the stack tile by tile (stride 64), so the next group's TMULs may start while the vector
+    // code reads it.
+    void grouped_epilogue() {
+        for (int i = 0; i < tiles_m_; ++i)
+            for (int j = 0; j < tiles_n_; ++j) tile_store(tile_c(i, j), rsp, reg_64_, c_stack_ + (2 * i + j) * kTileBytes);
+        for (int i = 0; i < tiles_m_; ++i)
+            for (int j = 0; j < tiles_n_; ++j) tile_zero(tile_c(i, j));
+        for (int j = 0; j < tiles_n_; ++j) vmovups(zmm_w_scale(j), ptr[reg_b_scale_ + j * kRowBytes]);
+        add(reg_b_scale_, kNPanel * static_cast<int>(sizeof(float)));
+        const Reg64 &asum = rdi;
+        if (mins_) {
+            mov(asum, ptr[rsp + slot_b_min_]);
+            for (int j = 0; j < tiles_n_; ++j) vmovups(zmm_neg_min(j), ptr[asum + j * kRowBytes]);
+            add(qword[rsp + slot_b_min_], kNPanel * static_cast<int>(sizeof(float)));
+            mov(asum, ptr[rsp + slot_a_sums_]);
+            add(qword[rsp + slot_a_sums_], kNPanel * static_cast<int>(sizeof(float)));
+        }
+        for (int i = 0; i < tiles_m_; ++i) {
+            lea(rax, ptr[rsp + c_stack_ + 2 * i * kTileBytes]);
+            lea(rcx, ptr[rsp + acc_ + i * kTileRows * kCStackStride]);
+            mov(edx, rows_[i]);
+            Xbyak::Label row;
+            L(row);
+            for (int j = 0; j < tiles_n_; ++j) {
+                vcvtdq2ps(zmm0, ptr[rax + j * kTileBytes]);
+                vmovups(zmm1, ptr[rcx + j * kRowBytes]);
+                vfmadd231ps(zmm1, zmm0, zmm_w_scale(j));
+                if (mins_) vfmadd231ps(zmm1, zmm_neg_min(j), ptr_b[asum]);
+                vmovups(ptr[rcx + j * kRowBytes], zmm1);
+            }
+            add(rax, kRowBytes);
+            add(rcx, kCStackStride);
+            if (mins_) add(asum, static_cast<int>(sizeof(float)));
+            dec(edx);
+            jnz(row, T_NEAR);
+        }
+    }
+
+    // Group-wise: whole 64-K steps in a loop, then the groups of the last partial step.
+    void k_loop_grouped() {
+        vector_used_ = true;
+        const int per_step = static_cast<int>(kStepBytes / d_.group);
+        const int64_t groups = d_.k / d_.group;
+        const int64_t full_steps = groups / per_step;
+        if (full_steps > 0) {
+            Xbyak::Label loop;
+            mov(reg_k_loop_, full_steps);
+            L(loop);
+            for (int v = 0; v < per_step; ++v) grouped_step(v);
+            advance_a();
+            add(reg_b_, kPanelStepBytes);
+            dec(reg_k_loop_);
+            jnz(loop, T_NEAR);
+        }
+        for (int v = 0; v < static_cast<int>(groups % per_step); ++v) grouped_step(v);
+    }
+
     // ---- epilogue ----
 
     void store_c() {
@@ -383,14 +483,14 @@ private:
             return;
         }
         vector_used_ = true;
-        if (!s4_) {
+        if (!accumulates()) {
             for (int i = 0; i < tiles_m_; ++i)
                 for (int j = 0; j < tiles_n_; ++j)
                     tile_store(tile_c(i, j), rsp, reg_128_, c_stack_ + i * kTileRows * kCStackStride + j * kRowBytes);
         }
         if (d_.kind == GemmKind::kS8F32)
             for (int j = 0; j < tiles_n_; ++j) vmovups(zmm_w_scale(j), ptr[reg_b_scale_ + j * kRowBytes]);
-        lea(rax, ptr[rsp + (s4_ ? acc_ : c_stack_)]);
+        lea(rax, ptr[rsp + (accumulates() ? acc_ : c_stack_)]);
         mov(edx, d_.m);
         Xbyak::Label row;
         L(row);
@@ -406,6 +506,8 @@ private:
                     vmulps(zmm0, zmm0, zmm_a_scale_);
                     break;
                 case GemmKind::kS4F32:
+                case GemmKind::kS8GroupF32:
+                case GemmKind::kS8GroupMinF32:
                     vmovups(zmm0, src);
                     vmulps(zmm0, zmm0, zmm_a_scale_);
                     break;
@@ -434,9 +536,10 @@ private:
     GemmKernelDesc d_;
     int tiles_m_ = 0, tiles_n_ = 0;
     int rows_[2] = {}, cols_[2] = {};  // valid rows of A tile i, valid columns of B / C half j
-    bool s4_ = false;
+    bool s4_ = false, grouped_ = false, mins_ = false;
     int k_tail_bytes_ = 0;             // bytes of A row in the last, partial K step (INT4: 0 or 32)
     int32_t stage_a_ = 0, stage_b_ = 0, c_stack_ = 0, acc_ = 0, frame_bytes_ = 0;
+    int32_t slot_b_min_ = 0, slot_a_sums_ = 0;  // stack slots of the pointers the mins kind advances per group
     bool vector_used_ = false;
 };
 
@@ -444,7 +547,7 @@ private:
 
 std::string gemm_kernel_name(const GemmKernelDesc &d) {
     std::string name = std::string("amx_gemm_") + kind_name(d.kind);
-    if (d.kind == GemmKind::kS4F32) name += "_g" + std::to_string(d.group);
+    if (d.kind == GemmKind::kS4F32 || is_grouped(d.kind)) name += "_g" + std::to_string(d.group);
     return name + "_m" + std::to_string(d.m) + "_n" + std::to_string(d.n) + "_k" + std::to_string(d.k);
 }
 

@@ -89,27 +89,34 @@ void fall_back(const Status &s, const PackedMatrix &w, const GemmActs &a, int64_
     on_base(w, a, m, n_begin, n_end, c, ldc);
 }
 
-// The activation rows of a group-wise call in the layout amx::GroupedActs states (rows padded with zeros to a
-// multiple of 32, so that no tile load reads past the buffer).
+// The activation rows of a group-wise call in the packed layout amx::GroupedActs states (rows padded with zeros
+// to a multiple of 32).
 amx::GroupedActs gather_grouped(const GemmActs &a, int64_t m, int64_t k, int32_t group, bool mins, GroupedScratch &g) {
-    const int64_t lda = round_up(k, 64), rows = round_up(m, amx::kMBlock), groups = k / group;
-    int8_t *dst = lines(g.a, rows * lda);
+    const int64_t rows = round_up(m, amx::kMBlock), groups = k / group;
+    int8_t *dst = lines(g.a, rows * k);
     g.a_scale.resize(static_cast<size_t>(m));
-    if (mins) g.asum.resize(static_cast<size_t>(rows * groups));
+    if (mins) g.asum.assign(static_cast<size_t>(rows * groups), 0.0f);
     for (int64_t i = 0; i < m; ++i) {
         const int64_t row = a.rows ? a.rows[i] : i;
-        std::memcpy(dst + i * lda, a.q + row * a.q_ld, static_cast<size_t>(k));
+        const int8_t *src = a.q + row * a.q_ld;
+        int8_t *block = dst + (i / amx::kMBlock) * amx::kMBlock * k + (i % amx::kMBlock) * group;
+        for (int64_t gi = 0; gi < groups; ++gi)
+            std::memcpy(block + gi * amx::kMBlock * group, src + gi * group, static_cast<size_t>(group));
         g.a_scale[static_cast<size_t>(i)] = a.scale[row];
         if (!mins) continue;
         float *asum = g.asum.data() + (i / amx::kMBlock) * groups * amx::kMBlock + i % amx::kMBlock;
         const int32_t *sums = a.sums + row * a.sums_ld;  // QuantSpec of a format with mins: plain group sums
         for (int64_t gi = 0; gi < groups; ++gi) asum[gi * amx::kMBlock] = static_cast<float>(sums[gi]);
     }
-    std::memset(dst + m * lda, 0, static_cast<size_t>((rows - m) * lda));
+    for (int64_t i = m; i < rows; ++i) {  // the padding rows of the last block
+        int8_t *block = dst + (i / amx::kMBlock) * amx::kMBlock * k + (i % amx::kMBlock) * group;
+        for (int64_t gi = 0; gi < groups; ++gi) std::memset(block + gi * amx::kMBlock * group, 0, static_cast<size_t>(group));
+    }
     amx::GroupedActs acts;
     acts.m = m;
+    acts.k = k;
+    acts.group = group;
     acts.a = dst;
-    acts.lda = lda;
     acts.a_scale = g.a_scale.data();
     acts.asum = mins ? g.asum.data() : nullptr;
     return acts;

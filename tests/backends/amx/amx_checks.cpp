@@ -154,13 +154,17 @@ void check_bf16(const Shape &sh, uint32_t seed) {
 void check_grouped(const Shape &sh, bool mins, uint32_t seed) {
     std::mt19937 rng(seed);
     const int64_t groups = sh.k / sh.group, ldw = sh.k + 1, panels = (sh.n + kNPanel - 1) / kNPanel;
-    // A as GroupedActs states it: round_up(m, 32) rows (rows m.. zero), lda == K, sized exactly.
+    // A row-major for the reference, and packed as GroupedActs states it (row r of block b, group g at
+    // ((b * G + g) * 32 + r) * group; rows m.. of the last block zero), sized exactly.
     const int64_t rows = (sh.m + kMBlock - 1) / kMBlock * kMBlock, lda = sh.k;
-    AlignedBytes a = aligned_bytes(static_cast<size_t>((rows * lda + 63) / 64 * 64));
     const auto a_rand = random_s8(static_cast<size_t>(sh.m * lda), rng);
-    std::memset(a.get(), 0, static_cast<size_t>(rows * lda));
-    std::memcpy(a.get(), a_rand.data(), a_rand.size());
-    const auto *a8 = reinterpret_cast<const int8_t *>(a.get());
+    const int8_t *a8 = a_rand.data();
+    AlignedBytes a = aligned_bytes(static_cast<size_t>((rows * sh.k + 63) / 64 * 64));
+    std::memset(a.get(), 0, static_cast<size_t>(rows * sh.k));
+    for (int64_t i = 0; i < sh.m; ++i)
+        for (int64_t g = 0; g < groups; ++g)
+            std::memcpy(a.get() + (((i / kMBlock) * groups + g) * kMBlock + i % kMBlock) * sh.group, a8 + i * lda + g * sh.group,
+                        static_cast<size_t>(sh.group));
     const auto w = random_s8(static_cast<size_t>(sh.n * ldw), rng);
     const auto w_scale = random_scales(static_cast<size_t>(sh.n * groups), rng);
     std::vector<float> w_neg_min = random_scales(static_cast<size_t>(sh.n * groups), rng);
@@ -193,8 +197,9 @@ void check_grouped(const Shape &sh, bool mins, uint32_t seed) {
                                                   w_scale.data(), mins ? w_neg_min.data() : nullptr);
     GroupedActs acts;
     acts.m = sh.m;
-    acts.a = a8;
-    acts.lda = lda;
+    acts.k = sh.k;
+    acts.group = sh.group;
+    acts.a = reinterpret_cast<const int8_t *>(a.get());
     acts.a_scale = a_scale.data();
     acts.asum = mins ? asum.data() : nullptr;
     for_each_amx_runner([&](const char *runner) {

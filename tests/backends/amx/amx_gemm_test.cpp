@@ -147,8 +147,9 @@ TEST_CASE("amx gemm: bad arguments get a status, never a crash", "[amx]") {
     gb.scale = gscale.data();
     GroupedActs ga;
     ga.m = 8;
+    ga.k = 64;
+    ga.group = 32;
     ga.a = a32.data();
-    ga.lda = 64;
     ga.a_scale = a_scale.data();
     auto grouped = [&](GroupedPanel b, GroupedActs x, int64_t ldc) {
         return gemm_s8_grouped_f32(nullptr, b, x, cf.data(), ldc).code();
@@ -173,8 +174,11 @@ TEST_CASE("amx gemm: bad arguments get a status, never a crash", "[amx]") {
     bad_a.asum = asum.data();
     CHECK(grouped(bad, bad_a, 40) == KT_STATUS_OK);
     bad_a = ga;
-    bad_a.lda = 63;
-    CHECK(grouped(gb, bad_a, 40) == KT_STATUS_INVALID_ARGUMENT);  // lda < k
+    bad_a.k = 32;
+    CHECK(grouped(gb, bad_a, 40) == KT_STATUS_INVALID_ARGUMENT);  // packed for another K
+    bad_a = ga;
+    bad_a.group = 16;
+    CHECK(grouped(gb, bad_a, 40) == KT_STATUS_INVALID_ARGUMENT);  // or another group
     bad_a = ga;
     bad_a.m = 0;
     CHECK(grouped(gb, bad_a, 40) == KT_STATUS_INVALID_ARGUMENT);

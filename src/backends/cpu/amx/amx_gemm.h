@@ -226,6 +226,23 @@ Status gemm_bf16_f32(TileSession *session, const PackedB &b, int64_t m, int64_t 
 //     acc = fma(float(isum), scale[g][n], acc)                                    (acc from +0)
 //     with mins: acc = fma(neg_min[g][n], asum[m][g], acc)   (= fnma(min, asum, acc) bit for bit: -min is exact)
 //   C = acc * a_scale[m]
+//
+// Why this shape, and what it costs (measured on the Intel AMX host, one core, operands in L1, best of 2000 runs):
+//   - A TMUL costs the same whatever its K: 16 x 16 outputs with K = 64, 32 or 16 int8 all take 4.9 ns (16 cycles),
+//     M = 8 rows about 3 ns. So exact per-group sums cost one TMUL per group: at most 50 % of the int8 TMUL peak
+//     for groups of 32 and 25 % for Q6_K's 16. No layout avoids it: keeping several groups' sums apart in one TMUL
+//     means zeros in A or B, which the TMUL multiplies just the same.
+//   - Each group's sums must leave the tiles (TILESTORED) and be scaled by AVX-512: per group and 16 x 16 block,
+//     TMUL + loads 6.4 ns, + the tile store 12.4 ns (they do not overlap), + cvt and fma per row 19.5 ns, + the
+//     mins' fma 24 ns: about 10 % of the TMUL peak, and the group-wise kernels run close to that (8-11 %, twice the
+//     AVX-512 VNNI kernels of the same formats). Fewer stores and conversions need a different operation order
+//     (e.g. integer sums over a super-block with the 6-bit scales folded in), i.e. other bits than every other
+//     ISA: not done, so that results stay identical across ISAs.
+//   - The group sizes get their own palettes (amx_tile_config.h: A one group wide, B group / 4 rows), so every
+//     TMUL is exactly one group without zero rows, and A is packed so each A tile is contiguous (GroupedActs).
+//     Switching palettes costs one LDTILECFG (about 60 ns); the expert pool runs one format per phase.
+//   - Accumulators live in zmm registers (16 x 16 sub-blocks, one zmm per row): no accumulator loads or stores per
+//     group. Four C tiles rotate so consecutive groups' TMULs do not wait for each other's stores.
 struct GroupedPanel {
     int32_t n = 0;      // valid columns, 1..32 (the rest of the panel is zero)
     int64_t k = 0;      // K, a multiple of group
@@ -236,12 +253,16 @@ struct GroupedPanel {
     const float *neg_min = nullptr;  // [K / group][32] (formats with mins), or nullptr
 };
 
+// The activations, packed so that every A tile (16 rows x one group) is one contiguous run of 16 * group bytes:
+// row r of 32-row block b, group g at a[((b * G + g) * 32 + r % 32) * group] (G = K / group), for ceil(m / 32)
+// blocks; rows m.. of the last block are read too (keep them zero).
 struct GroupedActs {
-    int64_t m = 0;           // rows, >= 1
-    const int8_t *a = nullptr;  // [round_up(m, 32)][lda], K columns read; rows m.. are read too (keep them zero)
-    int64_t lda = 0;         // bytes, >= K
+    int64_t m = 0;      // rows, >= 1
+    int64_t k = 0;      // = the panel's K
+    int32_t group = 0;  // = the panel's group
+    const int8_t *a = nullptr;
     const float *a_scale = nullptr;  // [m]
-    // With mins: per 32-row block b, asum[b][g][r] = float(sum_{k in g} a_q[32b + r][k]) ([ceil(m/32)][K/group][32]).
+    // With mins: asum[b][g][r] = float(sum_{k in g} a_q[32b + r][k]) ([ceil(m / 32)][G][32]; rows m.. finite).
     const float *asum = nullptr;
 };
 

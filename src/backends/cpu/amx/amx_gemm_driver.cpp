@@ -170,8 +170,9 @@ Status check_grouped(const GroupedPanel &b, const GroupedActs &a, const float *c
     KT_RETURN_IF(!a.a || !a.a_scale || !c, KT_STATUS_INVALID_ARGUMENT, "%s: A, a_scale or C is null", fn);
     KT_RETURN_IF(b.neg_min && !a.asum, KT_STATUS_INVALID_ARGUMENT, "%s: weights with mins need the activation sums",
                  fn);
-    KT_RETURN_IF(a.lda < b.k || a.lda > (int64_t{1} << 40), KT_STATUS_INVALID_ARGUMENT, "%s: lda %lld, k %lld", fn,
-                 static_cast<long long>(a.lda), static_cast<long long>(b.k));
+    KT_RETURN_IF(a.k != b.k || a.group != b.group, KT_STATUS_INVALID_ARGUMENT,
+                 "%s: activations packed for K %lld, group %d, weights for K %lld, group %d", fn,
+                 static_cast<long long>(a.k), a.group, static_cast<long long>(b.k), b.group);
     KT_RETURN_IF(ldc < b.n || ldc > (int64_t{1} << 40), KT_STATUS_INVALID_ARGUMENT, "%s: ldc %lld < %d columns", fn,
                  static_cast<long long>(ldc), b.n);
     return Status::ok();
@@ -191,14 +192,13 @@ Status run_grouped(TileSession *session, const GroupedPanel &b, const GroupedAct
     KT_TRY(tiles->configure(group_palette(b.group)));
     const int64_t groups = b.k / b.group;
     GemmKernelParams params;
-    params.lda = a.lda;
     params.ldc = ldc * static_cast<int64_t>(sizeof(float));
     params.b = b.tiles;
     params.b_scale = b.scale;
     params.b_min = b.neg_min;
     for (int64_t m0 = 0; m0 < a.m; m0 += kMBlock) {
         const bool partial = a.m - m0 < kMBlock;
-        params.a = a.a + m0 * a.lda;
+        params.a = a.a + m0 * b.k;  // block m0 / 32 starts after (m0 / 32) * G * 32 * group = m0 * K bytes
         params.a_scale = a.a_scale + m0;
         params.a_sums = b.neg_min ? a.asum + (m0 / kMBlock) * groups * kNPanel : nullptr;
         params.c = c + m0 * ldc;

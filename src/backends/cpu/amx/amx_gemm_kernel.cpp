@@ -14,19 +14,16 @@
 //             scales applied and masked stores for partial columns, one row per loop iteration
 //   postamble
 //
-//   Group-wise kinds (GroupedPanel): per group, A tiles one group wide and B tiles of group / 4 rows (their own
-//   palette), 4 TMULs, then C -> stack, acc = fma(float(C), scale, acc) [+ fma(-min, asum, acc)], tilezero C.
+//   Group-wise kinds (GroupedPanel) have a structure of their own: see "group-wise kinds" below.
 //
 // Register use:
 //   r8, r9   A row 0 and row 16 of the block at the current K          r10  lda (bytes)
 //   r11      B: current packed step / unit                               r12  64, the stride of packed/stack tiles
 //   r13      C row pointer                                               r14  ldc (bytes)
-//   r15      B scales (INT8: the panel's; INT4, grouped: the current group's)   rbx  a_scale row pointer
-//   rsi      K loop counter                                              rdi  params, then 128 (C stack stride);
-//                                                                             grouped: the asum row pointer
+//   r15      B scales (INT8: the panel's; INT4: the current group's)     rbx  a_scale row pointer
+//   rsi      K loop counter                                              rdi  params, then 128 (C stack stride)
 //   rax, rcx, rdx  temporaries and the epilogue row loop
-//   zmm0, zmm1 temporaries; zmm26, zmm27 the group's -min (grouped with mins); zmm28 0xF0 bytes (INT4 unpack);
-//   zmm29 a_scale[m]; zmm30, zmm31 weight scales
+//   zmm0, zmm1 temporaries; zmm28 0xF0 bytes (INT4 unpack); zmm29 a_scale[m]; zmm30, zmm31 weight scales
 //   k1, k2   column masks of the two 16-column halves (partial n); k3 byte mask of the partial K step
 #include "backends/cpu/amx/amx_gemm_kernel.h"
 
@@ -128,14 +125,14 @@ public:
         stage_b_ = offset;
         if (s4_) offset += (d_.group == 32 ? 4 : 2) * kTileBytes;
         c_stack_ = offset;
-        offset += kMBlock * kCStackStride;
+        offset += kMBlock * kCStackStride;  // grouped: the four rotating C tiles
         acc_ = offset;
-        if (accumulates()) offset += kMBlock * kCStackStride;
-        slot_b_min_ = offset;
-        slot_a_sums_ = offset + 8;
-        if (mins_) offset += 64;
+        if (s4_) offset += kMBlock * kCStackStride;
+        slot_ldc_ = offset;
+        slot_a_scale_ = offset + 8;
+        if (grouped_) offset += 64;
         // A kernel of whole tiles with raw output and whole K steps touches no stack buffer.
-        const bool stackless = !scaled() && whole_tiles() && k_tail_bytes_ == 0;
+        const bool stackless = !grouped_ && !scaled() && whole_tiles() && k_tail_bytes_ == 0;
         frame_bytes_ = stackless ? 0 : offset;
     }
 
@@ -154,26 +151,29 @@ private:
     const Zmm &zmm_nibble_mask_ = zmm28;
     const Zmm &zmm_a_scale_ = zmm29;
     Zmm zmm_w_scale(int j) const { return Zmm(30 + j); }
-    Zmm zmm_neg_min(int j) const { return Zmm(26 + j); }
     Xbyak::Opmask col_mask(int j) const { return Xbyak::Opmask(1 + j); }
     const Xbyak::Opmask &k_tail_mask_ = k3;
 
     bool scaled() const { return d_.kind == GemmKind::kS8F32 || accumulates(); }
     // Kinds that sum groups into an fp32 accumulator on the stack.
-    bool accumulates() const { return s4_ || grouped_; }
+    bool accumulates() const { return s4_; }
     bool whole_tiles() const { return d_.m % kTileRows == 0 && d_.n % kTileCols == 0; }
     Tdp tdp_op() const { return d_.kind == GemmKind::kBf16F32 ? Tdp::kBf16ps : Tdp::kBssd; }
 
     void generate() override {
+        if (grouped_) {
+            preamble(frame_bytes_);
+            grouped_body();
+            postamble(true);
+            return;
+        }
         preamble(frame_bytes_);
         load_params();
         set_constants();
         zero_stack_buffers();
         for (int i = 0; i < tiles_m_; ++i)
             for (int j = 0; j < tiles_n_; ++j) tile_zero(tile_c(i, j));
-        if (grouped_) {
-            k_loop_grouped();
-        } else if (s4_) {
+        if (s4_) {
             k_loop_s4();
         } else {
             k_loop_dense();
@@ -192,12 +192,6 @@ private:
             mov(reg_b_scale_, ptr[abi_param1 + offset_of(offsetof(GemmKernelParams, b_scale))]);
             mov(reg_a_scale_, ptr[abi_param1 + offset_of(offsetof(GemmKernelParams, a_scale))]);
         }
-        if (mins_) {  // read once per group: kept on the stack, registers are all taken
-            mov(rax, ptr[abi_param1 + offset_of(offsetof(GemmKernelParams, b_min))]);
-            mov(ptr[rsp + slot_b_min_], rax);
-            mov(rax, ptr[abi_param1 + offset_of(offsetof(GemmKernelParams, a_sums))]);
-            mov(ptr[rsp + slot_a_sums_], rax);
-        }
         if (tiles_m_ == 2) {  // A row 16 = A + 16 * lda
             mov(reg_a_[1], reg_lda_);
             shl(reg_a_[1], 4);
@@ -207,7 +201,7 @@ private:
 
     void set_constants() {
         mov(reg_64_, kRowBytes);
-        if (!grouped_) mov(reg_128_, kCStackStride);  // abi_param1 is not needed any more (grouped: a temporary)
+        mov(reg_128_, kCStackStride);  // abi_param1 is not needed any more
         for (int j = 0; j < tiles_n_; ++j) {
             if (cols_[j] == kTileCols) continue;
             mov(eax, (1u << cols_[j]) - 1);
@@ -235,7 +229,7 @@ private:
             if (!zeroed) vpxord(zmm0, zmm0, zmm0);
             zeroed = vector_used_ = true;
         };
-        for (int i = 0; i < tiles_m_ && !grouped_; ++i) {  // grouped: A is padded to 32 rows by the caller
+        for (int i = 0; i < tiles_m_; ++i) {
             if (rows_[i] == kTileRows) continue;  // partial rows: rows beyond m stay zero (finite for bf16)
             zero_reg();
             store_zero_rows(stage_a_ + i * kTileBytes + rows_[i] * kRowBytes, kTileRows - rows_[i]);
@@ -401,71 +395,127 @@ private:
         }
     }
 
-    // Group-wise: group v of a 64-K step is rows 16v/4.. of the step's B tiles (group / 4 rows each) against
-    // bytes group*v.. of A; A tiles are one group wide (group_palette), so every TMUL is exactly one group.
-    void grouped_step(int v) {
-        for (int i = 0; i < tiles_m_; ++i) tile_load(tile_a(i), reg_a_[i], reg_lda_, v * d_.group);
-        for (int j = 0; j < tiles_n_; ++j) tile_load(tile_b(j), reg_b_, reg_64_, j * kTileBytes + v * d_.group * 16);
-        tmuls();
-        grouped_epilogue();
-    }
+    // ---- group-wise kinds ------------------------------------------------------------------------------------
+    //
+    // The block is computed as 16 x 16 sub-blocks, each over the whole K with its fp32 accumulators in zmm0..15
+    // (one per row), so the per-group epilogue never loads or stores an accumulator. Per group: one A tile (16
+    // rows x group bytes), one B tile (group / 4 rows x 16 columns), tilezero + one TMUL into the next of four C
+    // tiles (consecutive groups are independent, so TMULs overlap the previous groups' vector work), C -> stack,
+    // then per row acc = fma(float(C), S, acc) [acc = fma(-min, asum, acc)]. Groups run in a loop of units of
+    // four (one per C tile). Sub-blocks go (0,0) (0,1) (1,1) (1,0): each shares its A or B stream with the one
+    // before, which the L1 still holds.
+    //
+    // A is packed (GroupedActs): the tile of rows 16i.. and group g is 16 * group contiguous bytes at
+    // A + (32 g + 16 i) * group, so a tile load reads 8 (g32) or 4 (g16) whole cache lines, not 16 half-used ones
+    // (measured: 7.3 ns per group with strided A rows, 5.5 contiguous).
+    //
+    // Registers: r8 / r9 A rows 0 / 16, r10 group (the A tile stride), r11 B, r12 64, r13 C, r15 scale, rdi -min,
+    // rdx asum (all fixed);
+    // rax A and rcx B of the current unit, r14 the unit's byte offset into scale / -min / asum, rbx the unit count;
+    // zmm0..15 accumulators, zmm16..23 converted C, zmm24/25 scales, zmm26/27 -mins. ldc and a_scale wait in
+    // stack slots until the sub-block's output.
 
-    // Group-wise, end of a group: acc = fma(float(C), scale[g], acc) (and fma(-min[g], asum[g], acc)), C = 0.
-    // C goes through the stack tile by tile (stride 64), so the next group's TMULs may start while the vector
-    // code reads it.
-    void grouped_epilogue() {
-        for (int i = 0; i < tiles_m_; ++i)
-            for (int j = 0; j < tiles_n_; ++j) tile_store(tile_c(i, j), rsp, reg_64_, c_stack_ + (2 * i + j) * kTileBytes);
-        for (int i = 0; i < tiles_m_; ++i)
-            for (int j = 0; j < tiles_n_; ++j) tile_zero(tile_c(i, j));
-        for (int j = 0; j < tiles_n_; ++j) vmovups(zmm_w_scale(j), ptr[reg_b_scale_ + j * kRowBytes]);
-        add(reg_b_scale_, kNPanel * static_cast<int>(sizeof(float)));
-        const Reg64 &asum = rdi;
-        if (mins_) {
-            mov(asum, ptr[rsp + slot_b_min_]);
-            for (int j = 0; j < tiles_n_; ++j) vmovups(zmm_neg_min(j), ptr[asum + j * kRowBytes]);
-            add(qword[rsp + slot_b_min_], kNPanel * static_cast<int>(sizeof(float)));
-            mov(asum, ptr[rsp + slot_a_sums_]);
-            add(qword[rsp + slot_a_sums_], kNPanel * static_cast<int>(sizeof(float)));
-        }
-        for (int i = 0; i < tiles_m_; ++i) {
-            lea(rax, ptr[rsp + c_stack_ + 2 * i * kTileBytes]);
-            lea(rcx, ptr[rsp + acc_ + i * kTileRows * kCStackStride]);
-            mov(edx, rows_[i]);
-            Xbyak::Label row;
-            L(row);
-            for (int j = 0; j < tiles_n_; ++j) {
-                vcvtdq2ps(zmm0, ptr[rax + j * kTileBytes]);
-                vmovups(zmm1, ptr[rcx + j * kRowBytes]);
-                vfmadd231ps(zmm1, zmm0, zmm_w_scale(j));
-                if (mins_) vfmadd231ps(zmm1, zmm_neg_min(j), ptr_b[asum]);
-                vmovups(ptr[rcx + j * kRowBytes], zmm1);
-            }
-            add(rax, kRowBytes);
-            add(rcx, kCStackStride);
-            if (mins_) add(asum, static_cast<int>(sizeof(float)));
-            dec(edx);
-            jnz(row, T_NEAR);
-        }
-    }
+    static constexpr int kUnitGroups = 4;  // groups per unit: one per C tile
 
-    // Group-wise: whole 64-K steps in a loop, then the groups of the last partial step.
-    void k_loop_grouped() {
-        vector_used_ = true;
+    Zmm acc_reg(int r) const { return Zmm(r); }
+
+    // Byte offset of group g's B rows (g < kUnitGroups) from the unit's B pointer, half j.
+    int32_t grouped_b_offset(int g, int j) const {
         const int per_step = static_cast<int>(kStepBytes / d_.group);
+        return (g / per_step) * kPanelStepBytes + (g % per_step) * d_.group * 16 + j * kTileBytes;
+    }
+
+    void grouped_load_params() {
+        const Reg64 &p = abi_param1;
+        mov(reg_a_[0], ptr[p + offset_of(offsetof(GemmKernelParams, a))]);
+        mov(reg_lda_, d_.group);  // the A tile stride
+        mov(reg_b_, ptr[p + offset_of(offsetof(GemmKernelParams, b))]);
+        mov(reg_c_, ptr[p + offset_of(offsetof(GemmKernelParams, c))]);
+        mov(rax, ptr[p + offset_of(offsetof(GemmKernelParams, ldc))]);
+        mov(ptr[rsp + slot_ldc_], rax);
+        mov(rax, ptr[p + offset_of(offsetof(GemmKernelParams, a_scale))]);
+        mov(ptr[rsp + slot_a_scale_], rax);
+        mov(reg_b_scale_, ptr[p + offset_of(offsetof(GemmKernelParams, b_scale))]);
+        if (mins_) {
+            mov(rdx, ptr[p + offset_of(offsetof(GemmKernelParams, a_sums))]);
+            mov(rdi, ptr[p + offset_of(offsetof(GemmKernelParams, b_min))]);  // the params pointer last
+        }
+        if (tiles_m_ == 2) lea(reg_a_[1], ptr[reg_a_[0] + kTileRows * d_.group]);
+    }
+
+    // Group g of the current unit (C tile c) for sub-block (i, j): loads, TMUL, then its epilogue.
+    void grouped_group(int i, int j, int g, int c) {
+        const int ab = g % 2;  // A and B tiles alternate, so the next group's loads need not wait for this TMUL
+        tile_load(tile_a(ab), rax, reg_lda_, g * static_cast<int32_t>(kMBlock) * d_.group);
+        tile_load(tile_b(ab), rcx, reg_64_, grouped_b_offset(g, j));
+        tile_zero(4 + c);
+        tile_dp(Tdp::kBssd, 4 + c, tile_a(ab), tile_b(ab));
+        const int32_t cbuf = c_stack_ + c * kTileBytes;
+        tile_store(4 + c, rsp, reg_64_, cbuf);
+        const Zmm scale(24 + ab), neg_min(26 + ab);
+        vmovups(scale, ptr[reg_b_scale_ + r14 + g * kNPanel * 4 + j * kRowBytes]);
+        if (mins_) vmovups(neg_min, ptr[rdi + r14 + g * kNPanel * 4 + j * kRowBytes]);
+        for (int r = 0; r < kTileRows; ++r) {
+            const Zmm t(16 + r % 8);
+            vcvtdq2ps(t, ptr[rsp + cbuf + r * kRowBytes]);
+            vfmadd231ps(acc_reg(r), t, scale);
+            if (mins_) vfmadd231ps(acc_reg(r), neg_min, ptr_b[rdx + r14 + g * kNPanel * 4 + (i * kTileRows + r) * 4]);
+        }
+    }
+
+    void grouped_sub_block(int i, int j) {
         const int64_t groups = d_.k / d_.group;
-        const int64_t full_steps = groups / per_step;
-        if (full_steps > 0) {
+        const int64_t units = groups / kUnitGroups;
+        for (int r = 0; r < kTileRows; ++r) vpxord(acc_reg(r), acc_reg(r), acc_reg(r));
+        mov(rax, reg_a_[i]);
+        mov(rcx, reg_b_);
+        xor_(r14, r14);
+        if (units > 0) {
             Xbyak::Label loop;
-            mov(reg_k_loop_, full_steps);
+            mov(rbx, units);
             L(loop);
-            for (int v = 0; v < per_step; ++v) grouped_step(v);
-            advance_a();
-            add(reg_b_, kPanelStepBytes);
-            dec(reg_k_loop_);
+            for (int g = 0; g < kUnitGroups; ++g) grouped_group(i, j, g, g);
+            add(rax, kUnitGroups * static_cast<int32_t>(kMBlock) * d_.group);
+            add(rcx, kUnitGroups * d_.group * 32);  // = grouped_b_offset(kUnitGroups, 0)
+            add(r14, kUnitGroups * kNPanel * 4);
+            dec(rbx);
             jnz(loop, T_NEAR);
         }
-        for (int v = 0; v < static_cast<int>(groups % per_step); ++v) grouped_step(v);
+        for (int g = 0; g < static_cast<int>(groups % kUnitGroups); ++g) grouped_group(i, j, g, g);
+        // C[16i + r][16j ..] = acc * a_scale (masked for a partial half), valid rows only.
+        mov(rbx, ptr[rsp + slot_a_scale_]);
+        mov(r14, ptr[rsp + slot_ldc_]);
+        mov(rax, reg_c_);
+        if (i == 1) {
+            mov(rcx, r14);
+            shl(rcx, 4);
+            add(rax, rcx);
+        }
+        for (int r = 0; r < rows_[i]; ++r) {
+            const Zmm t(16 + r % 8);
+            vmulps(t, acc_reg(r), ptr_b[rbx + (i * kTileRows + r) * 4]);
+            if (cols_[j] < kTileCols) {
+                vmovups(ptr[rax + j * kRowBytes] | col_mask(j), t);
+            } else {
+                vmovups(ptr[rax + j * kRowBytes], t);
+            }
+            if (r + 1 < rows_[i]) add(rax, r14);
+        }
+    }
+
+    void grouped_body() {
+        vector_used_ = true;
+        grouped_load_params();
+        mov(reg_64_, kRowBytes);
+        for (int j = 0; j < tiles_n_; ++j) {
+            if (cols_[j] == kTileCols) continue;
+            mov(eax, (1u << cols_[j]) - 1);
+            kmovw(col_mask(j), eax);
+        }
+        // (0,0) (0,1) (1,1) (1,0): consecutive sub-blocks share an operand.
+        const int order[4][2] = {{0, 0}, {0, 1}, {1, 1}, {1, 0}};
+        for (const auto &ij : order)
+            if (ij[0] < tiles_m_ && ij[1] < tiles_n_) grouped_sub_block(ij[0], ij[1]);
     }
 
     // ---- epilogue ----
@@ -506,7 +556,7 @@ private:
                     vmulps(zmm0, zmm0, zmm_a_scale_);
                     break;
                 case GemmKind::kS4F32:
-                case GemmKind::kS8GroupF32:
+                case GemmKind::kS8GroupF32:  // (group-wise kernels store their output in grouped_sub_block)
                 case GemmKind::kS8GroupMinF32:
                     vmovups(zmm0, src);
                     vmulps(zmm0, zmm0, zmm_a_scale_);
@@ -539,7 +589,7 @@ private:
     bool s4_ = false, grouped_ = false, mins_ = false;
     int k_tail_bytes_ = 0;             // bytes of A row in the last, partial K step (INT4: 0 or 32)
     int32_t stage_a_ = 0, stage_b_ = 0, c_stack_ = 0, acc_ = 0, frame_bytes_ = 0;
-    int32_t slot_b_min_ = 0, slot_a_sums_ = 0;  // stack slots of the pointers the mins kind advances per group
+    int32_t slot_ldc_ = 0, slot_a_scale_ = 0;  // grouped: stack slots of values needed only for the output
     bool vector_used_ = false;
 };
 

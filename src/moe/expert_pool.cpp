@@ -443,6 +443,7 @@ void ExpertPool::execute(Executor &ex, Job &job) {
         sc.slot_weight[static_cast<size_t>(s)] = job.weights[i];
     }
 
+    job_rows_id_ = cpu::new_rows_ids(2 * static_cast<uint64_t>(sc.n_slots));
     sc.x_next.next.store(0, std::memory_order_relaxed);
     sc.merge_next.next.store(0, std::memory_order_relaxed);
     for (int g = 0; g < ex.groups(); ++g) {
@@ -544,6 +545,7 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
                 acts.tile_session = session;
                 acts.counter = counter;
                 acts.rows = sc.slot_token.data() + s0;
+                acts.rows_id = job_rows_id_ + static_cast<uint64_t>(s0);  // gate and up read the same rows
                 if (gate_up_int_) {
                     acts.q = xq;
                     acts.q_ld = x_ld_;
@@ -634,6 +636,7 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
                     GemmActs acts;
                     acts.tile_session = session;
                     acts.counter = counter;
+                    acts.rows_id = job_rows_id_ + static_cast<uint64_t>(sc.n_slots + s0);
                     if (down_int_) {
                         acts.q = eg.hq.as<int8_t>() + s0 * dkp;
                         acts.q_ld = dkp;

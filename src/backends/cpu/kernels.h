@@ -51,6 +51,10 @@ struct GemmActs {
     int64_t bf16_ld = 0;
     // Output row i reads activation row rows[i] (nullptr: row i).
     const int32_t *rows = nullptr;
+    // Nonzero: consecutive calls on this thread with the same rows_id (and the same pointers and row count) read
+    // the same activation values, so a kernel set that gathers rows into a layout of its own (AMX) may reuse its
+    // copy, e.g. between an expert's gate and up GEMMs. Callers make ids unique process-wide (new_rows_ids()).
+    uint64_t rows_id = 0;
     // Weights the caller will use next (a panel, e.g. the next expert's), prefetched while the last panel of this
     // call is computed, as each panel prefetches the next. nullptr: none.
     const uint8_t *prefetch_next = nullptr;
@@ -101,6 +105,9 @@ struct KernelSet {
     // [groups][32], exactly as gemm_int uses them. Other types: nothing.
     void (*unpack_panel_s8)(const PackedMatrix &w, int64_t panel, int8_t *tiles, float *scale, float *neg_min);
 };
+
+// The first of `count` fresh, process-wide unique GemmActs::rows_id values (thread-safe).
+uint64_t new_rows_ids(uint64_t count);
 
 // Counts one GEMM call of m rows over columns [n_begin, n_end) of w, computed by code of `level`, in the calling
 // thread's counter and in a.counter.

@@ -31,13 +31,36 @@ T *lines(std::vector<Line> &v, int64_t bytes) {
     return reinterpret_cast<T *>(v.data());
 }
 
+// What a gathered copy of activation rows was made from: a call with an equal key (GemmActs::rows_id nonzero)
+// reuses the copy instead of gathering again.
+struct GatherKey {
+    uint64_t rows_id = 0;
+    const void *src = nullptr, *scale = nullptr, *sums = nullptr;
+    const int32_t *rows = nullptr;
+    int64_t m = 0, k = 0;
+    int32_t layout = 0;  // the gathered layout: 0 dense, or the group size (negative with the sums of mins)
+
+    bool operator==(const GatherKey &o) const {
+        return rows_id == o.rows_id && src == o.src && scale == o.scale && sums == o.sums && rows == o.rows &&
+               m == o.m && k == o.k && layout == o.layout;
+    }
+    // True when `now` may reuse the copy this key describes; otherwise it becomes the key.
+    bool reuse(const GatherKey &now) {
+        if (now.rows_id != 0 && *this == now) return true;
+        *this = now;
+        return false;
+    }
+};
+
 // Activation rows gathered for the AMX kernels, which read A as one strided matrix of cache-line aligned rows (a
 // tile row that straddles two lines costs a third of the kernels' speed: measured 34 % of the TMUL peak instead
 // of 47 % for INT8). Per thread; it grows to the largest call once and is reused afterwards.
 struct Gathered {
     std::vector<Line> q;
     std::vector<float> scale;
+    GatherKey q_key;
     std::vector<Line> bf16;
+    GatherKey bf16_key;
 };
 thread_local Gathered tls_gathered;
 
@@ -73,9 +96,10 @@ int32_t grouped_group(const PackedLayout &l) {
 
 // Per-thread buffers of the group-wise path; each grows to the largest call once and is reused afterwards.
 struct GroupedScratch {
-    std::vector<Line> a;          // activations [round_up(m, 32)][lda]
+    std::vector<Line> a;          // activations, packed (amx::GroupedActs)
     std::vector<float> a_scale;   // [m]
     std::vector<float> asum;      // [ceil(m / 32)][groups][32]
+    GatherKey key;
     std::vector<Line> tiles;      // one unpacked panel
     std::vector<float> scale, neg_min;  // [groups][32]
 };
@@ -103,6 +127,17 @@ void fall_back(const Status &s, const PackedMatrix &w, const GemmActs &a, int64_
 // to a multiple of 32).
 amx::GroupedActs gather_grouped(const GemmActs &a, int64_t m, int64_t k, int32_t group, bool mins, GroupedScratch &g) {
     const int64_t rows = round_up(m, amx::kMBlock), groups = k / group;
+    amx::GroupedActs acts;
+    acts.m = m;
+    acts.k = k;
+    acts.group = group;
+    const GatherKey key{a.rows_id, a.q, a.scale, mins ? a.sums : nullptr, a.rows, m, k, mins ? -group : group};
+    if (g.key.reuse(key)) {
+        acts.a = reinterpret_cast<const int8_t *>(g.a.data());
+        acts.a_scale = g.a_scale.data();
+        acts.asum = mins ? g.asum.data() : nullptr;
+        return acts;
+    }
     int8_t *dst = lines<int8_t>(g.a, rows * k);
     g.a_scale.resize(static_cast<size_t>(m));
     if (mins) g.asum.assign(static_cast<size_t>(rows * groups), 0.0f);
@@ -122,10 +157,6 @@ amx::GroupedActs gather_grouped(const GemmActs &a, int64_t m, int64_t k, int32_t
         int8_t *block = dst + (i / amx::kMBlock) * amx::kMBlock * k + (i % amx::kMBlock) * group;
         for (int64_t gi = 0; gi < groups; ++gi) std::memset(block + gi * amx::kMBlock * group, 0, static_cast<size_t>(group));
     }
-    amx::GroupedActs acts;
-    acts.m = m;
-    acts.k = k;
-    acts.group = group;
     acts.a = dst;
     acts.a_scale = g.a_scale.data();
     acts.asum = mins ? g.asum.data() : nullptr;
@@ -176,14 +207,16 @@ void gemm_int_amx(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t n
     if (a.rows || !line_aligned(a.q, a.q_ld)) {
         Gathered &g = tls_gathered;
         ld = round_up(w.layout.k, 64);
-        int8_t *dst = lines<int8_t>(g.q, m * ld);
-        g.scale.resize(static_cast<size_t>(m));
-        for (int64_t i = 0; i < m; ++i) {
-            const int64_t row = a.rows ? a.rows[i] : i;
-            std::memcpy(dst + i * ld, a.q + row * a.q_ld, static_cast<size_t>(w.layout.k));
-            g.scale[static_cast<size_t>(i)] = a.scale[row];
+        if (!g.q_key.reuse({a.rows_id, a.q, a.scale, nullptr, a.rows, m, w.layout.k, 0})) {
+            int8_t *dst = lines<int8_t>(g.q, m * ld);
+            g.scale.resize(static_cast<size_t>(m));
+            for (int64_t i = 0; i < m; ++i) {
+                const int64_t row = a.rows ? a.rows[i] : i;
+                std::memcpy(dst + i * ld, a.q + row * a.q_ld, static_cast<size_t>(w.layout.k));
+                g.scale[static_cast<size_t>(i)] = a.scale[row];
+            }
         }
-        q = dst;
+        q = reinterpret_cast<const int8_t *>(g.q.data());
         scale = g.scale.data();
     }
     const Status s = amx::gemm_s8_f32(static_cast<amx::TileSession *>(a.tile_session), b, m, n_begin, n_end, q, ld,
@@ -200,11 +233,14 @@ void gemm_bf16_amx(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t 
     const uint16_t *x = a.bf16;
     int64_t ld = a.bf16_ld;
     if (a.rows || !line_aligned(a.bf16, 2 * a.bf16_ld)) {
+        Gathered &g = tls_gathered;
         ld = round_up(w.layout.k, 32);
-        uint16_t *dst = lines<uint16_t>(tls_gathered.bf16, 2 * m * ld);
-        for (int64_t i = 0; i < m; ++i)
-            std::memcpy(dst + i * ld, a.bf16 + (a.rows ? a.rows[i] : i) * a.bf16_ld, 2 * static_cast<size_t>(w.layout.k));
-        x = dst;
+        if (!g.bf16_key.reuse({a.rows_id, a.bf16, nullptr, nullptr, a.rows, m, w.layout.k, 0})) {
+            uint16_t *dst = lines<uint16_t>(g.bf16, 2 * m * ld);
+            for (int64_t i = 0; i < m; ++i)
+                std::memcpy(dst + i * ld, a.bf16 + (a.rows ? a.rows[i] : i) * a.bf16_ld, 2 * static_cast<size_t>(w.layout.k));
+        }
+        x = reinterpret_cast<const uint16_t *>(g.bf16.data());
     }
     const Status s = amx::gemm_bf16_f32(static_cast<amx::TileSession *>(a.tile_session), b, m, n_begin, n_end, x,
                                         ld, c, ldc);

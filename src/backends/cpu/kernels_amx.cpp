@@ -64,9 +64,11 @@ struct Gathered {
 };
 thread_local Gathered tls_gathered;
 
-// Whether rows at `base` with a stride of `ld_bytes` all start on cache lines.
-bool line_aligned(const void *base, int64_t ld_bytes) {
-    return reinterpret_cast<uintptr_t>(base) % 64 == 0 && ld_bytes % 64 == 0;
+// Whether the dense kernels get a gathered copy of A: for rows picked by index, rows that do not start on cache
+// lines, and a row count that leaves a partial 16-row tile (the copy is padded with zero rows, so the kernel loads
+// that tile directly: GemmKernelDesc::a_padded).
+bool needs_gather(const int32_t *rows, const void *base, int64_t ld_bytes, int64_t m) {
+    return rows || reinterpret_cast<uintptr_t>(base) % 64 != 0 || ld_bytes % 64 != 0 || m % amx::kRowsPerTile != 0;
 }
 
 bool as_amx(const PackedMatrix &w, amx::PackedB *b) {
@@ -204,23 +206,26 @@ void gemm_int_amx(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t n
     const int8_t *q = a.q;
     const float *scale = a.scale;
     int64_t ld = a.q_ld;
-    if (a.rows || !line_aligned(a.q, a.q_ld)) {
+    const bool gathered = needs_gather(a.rows, a.q, a.q_ld, m);
+    if (gathered) {
         Gathered &g = tls_gathered;
         ld = round_up(w.layout.k, 64);
         if (!g.q_key.reuse({a.rows_id, a.q, a.scale, nullptr, a.rows, m, w.layout.k, 0})) {
-            int8_t *dst = lines<int8_t>(g.q, m * ld);
+            const int64_t rows = round_up(m, amx::kRowsPerTile);
+            int8_t *dst = lines<int8_t>(g.q, rows * ld);
             g.scale.resize(static_cast<size_t>(m));
             for (int64_t i = 0; i < m; ++i) {
                 const int64_t row = a.rows ? a.rows[i] : i;
                 std::memcpy(dst + i * ld, a.q + row * a.q_ld, static_cast<size_t>(w.layout.k));
                 g.scale[static_cast<size_t>(i)] = a.scale[row];
             }
+            std::memset(dst + m * ld, 0, static_cast<size_t>((rows - m) * ld));
         }
         q = reinterpret_cast<const int8_t *>(g.q.data());
         scale = g.scale.data();
     }
     const Status s = amx::gemm_s8_f32(static_cast<amx::TileSession *>(a.tile_session), b, m, n_begin, n_end, q, ld,
-                                      scale, c, ldc);
+                                      scale, c, ldc, gathered);
     if (!s.is_ok()) return fall_back(s, w, a, m, n_begin, n_end, c, ldc);
     count_gemm(a, IsaLevel::kAmx, w, m, n_begin, n_end);
 }
@@ -232,18 +237,21 @@ void gemm_bf16_amx(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t 
     if (!amx::available()) return fall_back(kAmxGone, w, a, m, n_begin, n_end, c, ldc);
     const uint16_t *x = a.bf16;
     int64_t ld = a.bf16_ld;
-    if (a.rows || !line_aligned(a.bf16, 2 * a.bf16_ld)) {
+    const bool gathered = needs_gather(a.rows, a.bf16, 2 * a.bf16_ld, m);
+    if (gathered) {
         Gathered &g = tls_gathered;
         ld = round_up(w.layout.k, 32);
         if (!g.bf16_key.reuse({a.rows_id, a.bf16, nullptr, nullptr, a.rows, m, w.layout.k, 0})) {
-            uint16_t *dst = lines<uint16_t>(g.bf16, 2 * m * ld);
+            const int64_t rows = round_up(m, amx::kRowsPerTile);
+            uint16_t *dst = lines<uint16_t>(g.bf16, 2 * rows * ld);
             for (int64_t i = 0; i < m; ++i)
                 std::memcpy(dst + i * ld, a.bf16 + (a.rows ? a.rows[i] : i) * a.bf16_ld, 2 * static_cast<size_t>(w.layout.k));
+            std::memset(dst + m * ld, 0, 2 * static_cast<size_t>((rows - m) * ld));
         }
         x = reinterpret_cast<const uint16_t *>(g.bf16.data());
     }
     const Status s = amx::gemm_bf16_f32(static_cast<amx::TileSession *>(a.tile_session), b, m, n_begin, n_end, x,
-                                        ld, c, ldc);
+                                        ld, c, ldc, gathered);
     if (!s.is_ok()) return fall_back(s, w, a, m, n_begin, n_end, c, ldc);
     count_gemm(a, IsaLevel::kAmx, w, m, n_begin, n_end);
 }

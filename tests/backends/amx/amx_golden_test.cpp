@@ -36,6 +36,9 @@ const GemmKernelDesc kGolden[] = {
     {GemmKind::kS8GroupF32, 32, 32, 256, 32}, {GemmKind::kS8GroupMinF32, 32, 32, 256, 32},
     {GemmKind::kS8GroupF32, 7, 17, 96, 32},   {GemmKind::kS8GroupMinF32, 20, 9, 112, 16},
     {GemmKind::kS8GroupF32, 16, 32, 64, 16},
+    // A padded to whole row tiles: the partial tiles loaded directly, also in a partial K step.
+    {GemmKind::kS8F32, 20, 32, 100, 0, true}, {GemmKind::kBf16F32, 7, 17, 70, 0, true},
+    {GemmKind::kS4F32, 9, 32, 128, 32, true},
 };
 
 std::string golden_path(const std::string &name) { return std::string(KT_AMX_GOLDEN_DIR) + "/" + name + ".txt"; }

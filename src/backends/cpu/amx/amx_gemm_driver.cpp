@@ -50,6 +50,7 @@ struct GemmCall {
     void *c;
     int64_t ldc;  // elements
     size_t c_elem;
+    bool a_padded;
 };
 
 const char *kind_label(GemmKind kind) {
@@ -115,6 +116,7 @@ Status run_gemm(TileSession *session, const GemmCall &g) {
             desc.n = pn ? n_tail : static_cast<int32_t>(kNPanel);
             desc.k = layout.k;
             desc.group = static_cast<int32_t>(layout.group);
+            desc.a_padded = g.a_padded && desc.m % kMaxTileRows != 0;
             KT_TRY(gemm_kernel(desc, &kernels[pm][pn]));
         }
     }
@@ -253,19 +255,19 @@ Status TileSession::end() {
 // ---- GEMM entry points ---------------------------------------------------------------------------------------
 
 Status gemm_s8_s32(TileSession *session, const PackedB &b, int64_t m, int64_t n_begin, int64_t n_end,
-                   const int8_t *a, int64_t lda, int32_t *c, int64_t ldc) {
-    return run_gemm(session, {GemmKind::kS8S32, &b, m, n_begin, n_end, a, lda, 1, nullptr, c, ldc, 4});
+                   const int8_t *a, int64_t lda, int32_t *c, int64_t ldc, bool a_padded) {
+    return run_gemm(session, {GemmKind::kS8S32, &b, m, n_begin, n_end, a, lda, 1, nullptr, c, ldc, 4, a_padded});
 }
 
 Status gemm_s8_f32(TileSession *session, const PackedB &b, int64_t m, int64_t n_begin, int64_t n_end,
-                   const int8_t *a, int64_t lda, const float *a_scale, float *c, int64_t ldc) {
+                   const int8_t *a, int64_t lda, const float *a_scale, float *c, int64_t ldc, bool a_padded) {
     const GemmKind kind = b.desc.type == WeightType::kInt4 ? GemmKind::kS4F32 : GemmKind::kS8F32;
-    return run_gemm(session, {kind, &b, m, n_begin, n_end, a, lda, 1, a_scale, c, ldc, 4});
+    return run_gemm(session, {kind, &b, m, n_begin, n_end, a, lda, 1, a_scale, c, ldc, 4, a_padded});
 }
 
 Status gemm_bf16_f32(TileSession *session, const PackedB &b, int64_t m, int64_t n_begin, int64_t n_end,
-                     const uint16_t *a, int64_t lda, float *c, int64_t ldc) {
-    return run_gemm(session, {GemmKind::kBf16F32, &b, m, n_begin, n_end, a, lda, 2, nullptr, c, ldc, 4});
+                     const uint16_t *a, int64_t lda, float *c, int64_t ldc, bool a_padded) {
+    return run_gemm(session, {GemmKind::kBf16F32, &b, m, n_begin, n_end, a, lda, 2, nullptr, c, ldc, 4, a_padded});
 }
 
 Status gemm_s8_grouped_f32(TileSession *session, const GroupedPanel &b, const GroupedActs &a, float *c, int64_t ldc) {

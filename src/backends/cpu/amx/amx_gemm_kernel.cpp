@@ -98,6 +98,8 @@ Status validate(const GemmKernelDesc &d) {
         KT_RETURN_IF(d.group != 0, KT_STATUS_INVALID_ARGUMENT, "amx gemm kernel: group %d given for a non-INT4 kind",
                      d.group);
     }
+    KT_RETURN_IF(d.a_padded && (is_grouped(d.kind) || d.m % kMaxTileRows == 0), KT_STATUS_INVALID_ARGUMENT,
+                 "amx gemm kernel: a padded A is for dense kinds with partial row tiles (m = %d)", d.m);
     return Status::ok();
 }
 
@@ -230,7 +232,7 @@ private:
             zeroed = vector_used_ = true;
         };
         for (int i = 0; i < tiles_m_; ++i) {
-            if (rows_[i] == kTileRows) continue;  // partial rows: rows beyond m stay zero (finite for bf16)
+            if (a_rows(i) == kTileRows) continue;  // partial rows: rows beyond m stay zero (finite for bf16)
             zero_reg();
             store_zero_rows(stage_a_ + i * kTileBytes + rows_[i] * kRowBytes, kTileRows - rows_[i]);
         }
@@ -251,24 +253,27 @@ private:
 
     // ---- K loop ----
 
+    // Rows of A tile i read from A: the valid ones, or the whole tile when A is padded.
+    int a_rows(int i) const { return d_.a_padded ? kTileRows : rows_[i]; }
+
     // Loads the A tiles for the current K step; `k_bytes` < 64 for the last partial step.
     void load_a(int k_bytes) {
         const bool partial_k = k_bytes < kStepBytes;
         for (int i = 0; i < tiles_m_; ++i) {
-            if (rows_[i] == kTileRows && !partial_k) {
+            if (a_rows(i) == kTileRows && !partial_k) {
                 tile_load(tile_a(i), reg_a_[i], reg_lda_);
                 continue;
             }
             const int32_t stage = stage_a_ + i * kTileBytes;
             mov(rax, reg_a_[i]);
-            for (int r = 0; r < rows_[i]; ++r) {
+            for (int r = 0; r < a_rows(i); ++r) {
                 if (partial_k) {
                     vmovdqu8(zmm0 | k_tail_mask_ | T_z, ptr[rax]);
                 } else {
                     vmovdqu8(zmm0, ptr[rax]);
                 }
                 vmovdqu8(ptr[rsp + stage + r * kRowBytes], zmm0);
-                if (r + 1 < rows_[i]) add(rax, reg_lda_);
+                if (r + 1 < a_rows(i)) add(rax, reg_lda_);
             }
             tile_load(tile_a(i), rsp, reg_64_, stage);
             vector_used_ = true;
@@ -598,7 +603,8 @@ private:
 std::string gemm_kernel_name(const GemmKernelDesc &d) {
     std::string name = std::string("amx_gemm_") + kind_name(d.kind);
     if (d.kind == GemmKind::kS4F32 || is_grouped(d.kind)) name += "_g" + std::to_string(d.group);
-    return name + "_m" + std::to_string(d.m) + "_n" + std::to_string(d.n) + "_k" + std::to_string(d.k);
+    name += "_m" + std::to_string(d.m) + "_n" + std::to_string(d.n) + "_k" + std::to_string(d.k);
+    return d.a_padded ? name + "_pa" : name;
 }
 
 Status generate_gemm_kernel(const GemmKernelDesc &desc, std::unique_ptr<jit::JitCode> *out) {

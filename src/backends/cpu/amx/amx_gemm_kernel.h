@@ -28,9 +28,12 @@ struct GemmKernelDesc {
     int32_t n = 32;     // valid columns of the block, 1..32
     int64_t k = 0;      // K (elements), >= 1; kS4F32: a multiple of group
     int32_t group = 0;  // kS4F32: 32, 64 or 128; group kinds: 16 or 32; otherwise 0
+    // A has whole 16-row tiles of readable, finite rows (rows m.. padded): a partial row tile is loaded from A
+    // directly instead of being staged row by row. Dense and INT4 kinds with m % 16 != 0 only.
+    bool a_padded = false;
 
     bool operator==(const GemmKernelDesc &o) const {
-        return kind == o.kind && m == o.m && n == o.n && k == o.k && group == o.group;
+        return kind == o.kind && m == o.m && n == o.n && k == o.k && group == o.group && a_padded == o.a_padded;
     }
 };
 
@@ -41,6 +44,7 @@ struct GemmKernelDescHash {
         h = h * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(d.m);
         h = h * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(d.n);
         h = h * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(d.group);
+        h = h * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(d.a_padded);
         return static_cast<size_t>(h ^ (h >> 29));
     }
 };

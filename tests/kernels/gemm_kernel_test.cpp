@@ -201,7 +201,9 @@ void check_case(const Case &c, uint64_t seed) {
                     // The AMX set takes a call with enough rows whenever AMX has a kernel for the format: every
                     // format kt packs (the GGUF ones through the group-wise kernels).
                     if (ks->level == cpu::IsaLevel::kAmx) {
-                        CHECK((ran_on == cpu::IsaLevel::kAmx) == (m >= cpu::kAmxMinRows));
+                        cpu::PackedLayout layout;
+                        REQUIRE(moe::slice_layout(src, spec, sl.r0, sl.r0 + sl.n, sl.k0, sl.k0 + sl.k, &layout).is_ok());
+                        CHECK((ran_on == cpu::IsaLevel::kAmx) == (m >= cpu::amx_min_rows(layout)));
                     } else {
                         CHECK(ran_on == ks->level);
                     }
@@ -313,7 +315,7 @@ TEST_CASE("gemm kernels: the AMX set reuses gathered rows only for the same rows
     const cpu::KernelSet &base = cpu::best_kernel_set(cpu::IsaLevel::kAvx512);
     for (int32_t type : {KT_TYPE_Q4_K, KT_TYPE_Q8_0}) {
         INFO("type " << ops::type_traits(type)->name);
-        const int64_t n = 40, k = 256, m = 9;
+        const int64_t n = 40, k = 256, m = 17;  // >= amx_min_rows of both formats
         const std::vector<uint8_t> bytes = test::random_gguf_rows(type, n, k, 5);
         moe::MatrixSource src;
         REQUIRE(moe::make_source(type, bytes.data(), n, k, &src).is_ok());
@@ -343,7 +345,7 @@ TEST_CASE("gemm kernels: the AMX set reuses gathered rows only for the same rows
                 cpu::group_sums_row(sets[s].q.data() + i * layout.kp, k, qs, sets[s].sums.data() + i * ns);
             }
         }
-        const std::vector<int32_t> rows = {8, 0, 3, 3, 1, 7, 2, 6, 5};
+        const std::vector<int32_t> rows = {8, 0, 3, 3, 1, 7, 2, 6, 5, 16, 9, 10, 11, 12, 13, 14, 15};
         auto run = [&](const cpu::KernelSet &ks, const Set &st, uint64_t id) {
             cpu::GemmActs a;
             a.q = st.q.data();

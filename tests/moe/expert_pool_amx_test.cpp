@@ -173,7 +173,7 @@ TEST_CASE("amx level: pools on AMX match the AVX-512 level, and count their AMX 
     }
 }
 
-TEST_CASE("amx level: calls of fewer than kAmxMinRows rows run on AVX-512 by design, not as fallbacks") {
+TEST_CASE("amx level: calls of fewer than amx_min_rows() rows run on AVX-512 by design, not as fallbacks") {
     if (cpu::host_isa_level() < cpu::IsaLevel::kAvx512) {
         WARN("skipped: the AMX kernel set needs an AVX-512 host for the calls AMX does not take");
         return;
@@ -184,7 +184,11 @@ TEST_CASE("amx level: calls of fewer than kAmxMinRows rows run on AVX-512 by des
         // INT8 weights, one token: a 1-row GEMM is AVX-512's.
         const ExpertWeights w8 = make_experts(KT_TYPE_F32, KT_EXPERT_WEIGHTS_INT8, 0, E, H, I, 71);
         kt_expert_pool *p8 = make_pool(w8, KT_EXPERT_WEIGHTS_INT8, 0, 16, 2);
-        const Routing one = make_routing(1, 2, E, 72);
+        Routing one;  // two different experts: one row each
+        one.tokens = 1;
+        one.top_k = 2;
+        one.ids = {0, 1};
+        one.weights = {0.6f, 0.4f};
         const std::vector<float> x1 = random_normal(static_cast<size_t>(H), 73);
         const std::vector<float> y1 = run_forward(p8, x1, one);
         kt_expert_pool_info info = pool_info(p8);
@@ -194,10 +198,9 @@ TEST_CASE("amx level: calls of fewer than kAmxMinRows rows run on AVX-512 by des
         CHECK(normalized_error(y1, emulated_reference(w8, x1, one, nullptr, false)) < kEmulatedBound);
         kt_expert_pool_free(p8);
 
-        // Q4_K kept as stored, 16 tokens spread over the 4 experts: 4 rows per expert, below kAmxMinRows.
+        // Q4_K kept as stored, 16 tokens spread over the 4 experts: 4 rows per expert, below amx_min_rows (16).
         const ExpertWeights wq = make_experts(KT_TYPE_Q4_K, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, E, H, I, 74);
         kt_expert_pool *pq = make_pool(wq, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 16, 1);
-        static_assert(16 / E < cpu::kAmxMinRows, "the routing below must stay under the AMX threshold");
         Routing many;
         many.tokens = 16;
         many.top_k = 1;

@@ -132,11 +132,16 @@ IsaLevel kernel_level();
 
 // The AMX set: INT8 and INT4 weights (AMX int8 tiles), the GGUF formats Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS
 // (int8 tiles, one TMUL per scale group: amx::gemm_s8_grouped_f32 over unpack_panel_s8) and BF16 weights (bf16
-// tiles) through the JIT kernels of backends/cpu/amx when a call has at least kAmxMinRows rows; other formats, and
-// smaller calls (a tile that is mostly empty is slower than AVX-512 VNNI), through the best AVX-512 set. Integer
-// results are the same bits as the other levels (the AMX contract's numerics are these kernels'); BF16 differs in
-// the last bits (TDPBF16PS sums even and odd products separately).
-inline constexpr int64_t kAmxMinRows = 8;
+// tiles) through the JIT kernels of backends/cpu/amx when a call has at least amx_min_rows() rows; other formats,
+// and smaller calls (where AVX-512 is faster), through the best AVX-512 set. Integer results are the same bits as
+// the other levels (the AMX contract's numerics are these kernels'); BF16 differs in the last bits (TDPBF16PS sums
+// even and odd products separately).
+//
+// The fewest rows a call of this matrix needs to run on AMX: where the AMX kernels overtake AVX-512 VNNI / BF16,
+// measured one core, 256 columns, K 768 and 2048, weights in L2 (the crossover below both): INT8 and BF16 at 2
+// rows (AVX-512 BF16 is 8x slower than its tiles), INT4 at 4 (group 32: 8), the group-wise GGUF formats at 12-16
+// (per-group tile stores and scaling cost more than AVX-512's decoding until the tiles are well filled; 16 here).
+int64_t amx_min_rows(const PackedLayout &layout);
 // The sets this host can run, from scalar up (for tests: every path is exercised, including fallbacks).
 int supported_kernel_sets(const KernelSet **out, int capacity);
 

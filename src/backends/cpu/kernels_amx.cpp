@@ -194,14 +194,14 @@ Status gemm_grouped(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t
 
 void gemm_int_amx(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t n_begin, int64_t n_end, float *c,
                   int64_t ldc) {
-    if (m >= kAmxMinRows && grouped_group(w.layout) != 0) {
+    if (m >= amx_min_rows(w.layout) && grouped_group(w.layout) != 0) {
         if (!amx::available()) return fall_back(kAmxGone, w, a, m, n_begin, n_end, c, ldc);
         const Status s = gemm_grouped(w, a, m, n_begin, n_end, c, ldc);
         if (!s.is_ok()) return fall_back(s, w, a, m, n_begin, n_end, c, ldc);
         return count_gemm(a, IsaLevel::kAmx, w, m, n_begin, n_end);
     }
     amx::PackedB b;
-    if (m < kAmxMinRows || !as_amx(w, &b)) return on_base(w, a, m, n_begin, n_end, c, ldc);
+    if (m < amx_min_rows(w.layout) || !as_amx(w, &b)) return on_base(w, a, m, n_begin, n_end, c, ldc);
     if (!amx::available()) return fall_back(kAmxGone, w, a, m, n_begin, n_end, c, ldc);
     const int8_t *q = a.q;
     const float *scale = a.scale;
@@ -233,7 +233,7 @@ void gemm_int_amx(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t n
 void gemm_bf16_amx(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t n_begin, int64_t n_end, float *c,
                    int64_t ldc) {
     amx::PackedB b;
-    if (m < kAmxMinRows || !as_amx(w, &b)) return on_base(w, a, m, n_begin, n_end, c, ldc);
+    if (m < amx_min_rows(w.layout) || !as_amx(w, &b)) return on_base(w, a, m, n_begin, n_end, c, ldc);
     if (!amx::available()) return fall_back(kAmxGone, w, a, m, n_begin, n_end, c, ldc);
     const uint16_t *x = a.bf16;
     int64_t ld = a.bf16_ld;
@@ -257,6 +257,15 @@ void gemm_bf16_amx(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t 
 }
 
 }  // namespace
+
+int64_t amx_min_rows(const PackedLayout &layout) {
+    switch (layout.type) {
+        case PackedType::kInt8:
+        case PackedType::kBf16: return 2;
+        case PackedType::kInt4: return layout.group == 32 ? 8 : 4;
+        default: return 16;  // the group-wise formats (and any format AMX has no kernel for: not taken anyway)
+    }
+}
 
 namespace detail {
 

@@ -192,29 +192,42 @@ TEST_CASE("amx gemm: bad arguments get a status, never a crash", "[amx]") {
     CHECK(available());
 }
 
-TEST_CASE("amx roofline probe: its TMUL loop runs every round of both instructions", "[amx]") {
+TEST_CASE("amx roofline probe: its TMUL loop runs every round of every variant", "[amx]") {
     // The probe's inputs (amx_probe_kernel.cpp): int8 tiles A0 A1 B0 B1 filled with 1 + (byte index % 7) over the
-    // 4 KiB of all four, bf16 tiles all 2^-8. Its result is the sum of the four accumulators tmm0 = A0 B0,
-    // tmm1 = A0 B1, tmm2 = A1 B0, tmm3 = A1 B1 after `rounds` TMULs each.
+    // 4 KiB of all four (rows of 64 bytes; a K-deep variant reads the first K bytes of A's rows and K / 4 rows of
+    // B), bf16 tiles all 2^-8. Its result is the sum of the four accumulators A0 B0, A0 B1, A1 B0, A1 B1 after
+    // `rounds` TMULs each (the variant that stores every TMUL's sums: one round's).
     auto byte = [](int tile, int row, int col) { return 1 + (tile * 1024 + row * 64 + col) % 7; };
-    int64_t int8_round = 0;
-    const int pairs[4][2] = {{0, 2}, {0, 3}, {1, 2}, {1, 3}};
-    for (const auto &pr : pairs)
-        for (int r = 0; r < 16; ++r)
-            for (int n = 0; n < 16; ++n)
-                for (int k = 0; k < 64; ++k) int8_round += int64_t{byte(pr[0], r, k)} * byte(pr[1], k / 4, 4 * n + k % 4);
+    auto int8_round = [&](int depth) {
+        int64_t sum = 0;
+        const int pairs[4][2] = {{0, 2}, {0, 3}, {1, 2}, {1, 3}};
+        for (const auto &pr : pairs)
+            for (int r = 0; r < 16; ++r)
+                for (int n = 0; n < 16; ++n)
+                    for (int k = 0; k < depth; ++k) sum += int64_t{byte(pr[0], r, k)} * byte(pr[1], k / 4, 4 * n + k % 4);
+        return sum;
+    };
+    CHECK(probe_macs_per_round(TmulArith::kInt8) == 4 * 16 * 16 * 64);
+    CHECK(probe_macs_per_round(TmulArith::kInt8Group16) == 4 * 16 * 16 * 16);
     for_each_amx_runner([&](const char *runner) {
         INFO("on " << runner);
         for (int64_t rounds : {1, 3}) {
             double result = 0;
             REQUIRE(tmul_peak_probe(TmulArith::kInt8, rounds, &result).is_ok());
-            CHECK(result == static_cast<double>(rounds * int8_round));
+            CHECK(result == static_cast<double>(rounds * int8_round(64)));
+            REQUIRE(tmul_peak_probe(TmulArith::kInt8Group32, rounds, &result).is_ok());
+            CHECK(result == static_cast<double>(rounds * int8_round(32)));
+            REQUIRE(tmul_peak_probe(TmulArith::kInt8Group16, rounds, &result).is_ok());
+            CHECK(result == static_cast<double>(rounds * int8_round(16)));
+            REQUIRE(tmul_peak_probe(TmulArith::kInt8Group32Out, rounds, &result).is_ok());
+            CHECK(result == static_cast<double>(int8_round(32)));
             // bf16: each output gains 32 products of 2^-16 per round; 1024 outputs.
             REQUIRE(tmul_peak_probe(TmulArith::kBf16, rounds, &result).is_ok());
             CHECK(result == 0.5 * static_cast<double>(rounds));
         }
         double unused = 0;
         CHECK(tmul_peak_probe(TmulArith::kInt8, 0, &unused).code() == KT_STATUS_INVALID_ARGUMENT);
+        CHECK(tmul_peak_probe(static_cast<TmulArith>(9), 1, &unused).code() == KT_STATUS_INVALID_ARGUMENT);
     });
 }
 

@@ -102,8 +102,10 @@ struct KernelSet {
     // Panel p of a group-wise integer matrix (INT4, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS) as the AMX set reads
     // it (amx::GroupedPanel): the signed codes in the INT8 tile layout (ceil(K / 64) steps of 2 KiB; skipped
     // when tiles is nullptr), and per group g and column the scale S_g and, for formats with mins, -M_g, fp32
-    // [groups][32], exactly as gemm_int uses them. Other types: nothing.
-    void (*unpack_panel_s8)(const PackedMatrix &w, int64_t panel, int8_t *tiles, float *scale, float *neg_min);
+    // [groups][32], exactly as gemm_int uses them. prefetch_next: prefetch panel + 1 meanwhile (the caller's next).
+    // Other types: nothing.
+    void (*unpack_panel_s8)(const PackedMatrix &w, int64_t panel, int8_t *tiles, float *scale, float *neg_min,
+                            bool prefetch_next);
 };
 
 // The first of `count` fresh, process-wide unique GemmActs::rows_id values (thread-safe).

@@ -176,14 +176,16 @@ Status gemm_grouped(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t
     g.scale.resize(static_cast<size_t>(l.groups * kPanel));
     if (mins) g.neg_min.resize(static_cast<size_t>(l.groups * kPanel));
     auto *session = static_cast<amx::TileSession *>(a.tile_session);
-    for (int64_t p = n_begin / kPanel; p * kPanel < n_end; ++p) {
+    const int64_t p_end = (n_end + kPanel - 1) / kPanel;
+    for (int64_t p = n_begin / kPanel; p < p_end; ++p) {
         amx::GroupedPanel b;
         b.n = static_cast<int32_t>(std::min<int64_t>(kPanel, n_end - p * kPanel));
         b.k = l.k;
         b.group = group;
         // Q8_0's packed tiles are the signed codes already: only its scales need unpacking.
         const bool as_stored = l.type == PackedType::kQ8_0;
-        g_base->unpack_panel_s8(w, p, as_stored ? nullptr : tiles, g.scale.data(), mins ? g.neg_min.data() : nullptr);
+        g_base->unpack_panel_s8(w, p, as_stored ? nullptr : tiles, g.scale.data(), mins ? g.neg_min.data() : nullptr,
+                                p + 1 < p_end);
         b.tiles = as_stored ? reinterpret_cast<const int8_t *>(w.tile(p, 0, 0)) : tiles;
         b.scale = g.scale.data();
         b.neg_min = mins ? g.neg_min.data() : nullptr;

@@ -403,9 +403,26 @@ struct Kernels {
         return S::sub8(u, u_offset);
     }
 
+    // With prefetch_next, panel p + 1's tiles and side arrays are prefetched while panel p is decoded, one share per
+    // 64-K step, so that they stream in during the AMX kernel's work on panel p.
     template <PackedType T>
-    static void unpack_typed(const PackedMatrix &w, int64_t p, int8_t *tiles, float *scale, float *neg_min) {
+    static void unpack_typed(const PackedMatrix &w, int64_t p, int8_t *tiles, float *scale, float *neg_min,
+                             bool prefetch_next) {
         const PackedLayout &L = w.layout;
+        const int64_t steps = (L.k + 63) / 64;  // 64-K steps; a nibble tile holds two (its low and high nibbles)
+        const bool prefetching = prefetch_next && p + 1 < L.panels;
+        const SidePrefetch side = prefetching ? side_prefetch<T>(w, p + 1) : SidePrefetch{};
+        const int64_t tile_lines = L.tiles_per_half * 2 * kTileBytes / 64;
+        auto prefetch_share = [&](int64_t t) {  // step t's share of the next panel
+            if (!prefetching) return;
+            const uint8_t *next_tiles = w.tile(p + 1, 0, 0);
+            for (int64_t l = tile_lines * t / steps; l < tile_lines * (t + 1) / steps; ++l) S::prefetch(next_tiles + l * 64);
+            for (int i = 0; i < side.n; ++i)
+                for (int64_t l = side.lines[i] * t / steps; l < side.lines[i] * (t + 1) / steps; ++l)
+                    S::prefetch(side.next[i] + l * 64);
+        };
+        if (!tiles)
+            for (int64_t t = 0; t < steps; ++t) prefetch_share(t);
         if (tiles) {
             VI table = S::zero();
             if constexpr (T == PackedType::kIq4Xs) {
@@ -414,8 +431,8 @@ struct Kernels {
                 table = S::loadu(t);
             }
             const VI u_offset = S::set1_8(static_cast<int8_t>(packed_type_info(T).u_offset));
-            const int64_t steps = (L.k + 63) / 64;  // 64-K steps; a nibble tile holds two (its low and high nibbles)
             for (int64_t t = 0; t < steps; ++t) {
+                prefetch_share(t);
                 for (int h = 0; h < 2; ++h) {
                     int8_t *dst = tiles + (t * 2 + h) * kTileBytes;
                     if constexpr (!Fmt<T>::kNibble) {
@@ -450,15 +467,17 @@ struct Kernels {
         }
     }
 
-    static void unpack_panel_s8(const PackedMatrix &w, int64_t p, int8_t *tiles, float *scale, float *neg_min) {
+    static void unpack_panel_s8(const PackedMatrix &w, int64_t p, int8_t *tiles, float *scale, float *neg_min,
+                                bool prefetch_next) {
+        const bool pf = prefetch_next;
         switch (w.layout.type) {
-            case PackedType::kInt4: return unpack_typed<PackedType::kInt4>(w, p, tiles, scale, neg_min);
-            case PackedType::kQ8_0: return unpack_typed<PackedType::kQ8_0>(w, p, tiles, scale, neg_min);
-            case PackedType::kQ4_0: return unpack_typed<PackedType::kQ4_0>(w, p, tiles, scale, neg_min);
-            case PackedType::kQ4_K: return unpack_typed<PackedType::kQ4_K>(w, p, tiles, scale, neg_min);
-            case PackedType::kQ5_K: return unpack_typed<PackedType::kQ5_K>(w, p, tiles, scale, neg_min);
-            case PackedType::kQ6_K: return unpack_typed<PackedType::kQ6_K>(w, p, tiles, scale, neg_min);
-            case PackedType::kIq4Xs: return unpack_typed<PackedType::kIq4Xs>(w, p, tiles, scale, neg_min);
+            case PackedType::kInt4: return unpack_typed<PackedType::kInt4>(w, p, tiles, scale, neg_min, pf);
+            case PackedType::kQ8_0: return unpack_typed<PackedType::kQ8_0>(w, p, tiles, scale, neg_min, pf);
+            case PackedType::kQ4_0: return unpack_typed<PackedType::kQ4_0>(w, p, tiles, scale, neg_min, pf);
+            case PackedType::kQ4_K: return unpack_typed<PackedType::kQ4_K>(w, p, tiles, scale, neg_min, pf);
+            case PackedType::kQ5_K: return unpack_typed<PackedType::kQ5_K>(w, p, tiles, scale, neg_min, pf);
+            case PackedType::kQ6_K: return unpack_typed<PackedType::kQ6_K>(w, p, tiles, scale, neg_min, pf);
+            case PackedType::kIq4Xs: return unpack_typed<PackedType::kIq4Xs>(w, p, tiles, scale, neg_min, pf);
             case PackedType::kInt8:
             case PackedType::kBf16: break;  // not group-wise
         }

@@ -107,7 +107,6 @@ struct GroupedScratch {
 };
 thread_local GroupedScratch tls_grouped;
 
-
 const Status kAmxGone(KT_STATUS_UNSUPPORTED, "AMX is no longer available in this process");
 
 // A call AMX does not take, by design: computed and counted as the base set's.

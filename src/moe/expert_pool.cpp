@@ -25,8 +25,10 @@ namespace {
 // of a phase leave threads idle for a small share of it.
 constexpr int64_t kMaxBlock = 256;
 constexpr int64_t kTasksPerThread = 8;
-// Tokens per GEMM call inside a task: bounds the task's fp32 scratch (kTokenChunk x block floats per matrix).
-constexpr int64_t kTokenChunk = 64;
+// Tokens per GEMM call inside a task: bounds the task's fp32 scratch (kTokenChunk x block floats per matrix). 128:
+// the AMX kernels do per-call work (gathering rows, unpacking each GGUF panel) that 128 rows (four 32-row tile
+// blocks) share, where 64 left an expert of 2048 routed tokens (Qwen3: ~128 rows) with two calls per block.
+constexpr int64_t kTokenChunk = 128;
 constexpr int64_t kTileFloats = kTokenChunk * 2 * kMaxBlock;  // per thread: gate and up outputs (or down's)
 // Rows per item when quantizing activations / merging outputs.
 constexpr int64_t kRowChunk = 4;

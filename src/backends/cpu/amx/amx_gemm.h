@@ -60,9 +60,10 @@
 //   - C stays in tiles for the whole K, so C is written once, never reloaded.
 //   - The 32-column panel makes each K step's B one contiguous 2 KiB (two 1 KiB tiles, stride 64), so every
 //     B tile load touches one page.
-//   - Every kernel uses the same palette (all eight tiles 16 x 64), so a thread configures its tiles once per
-//     session, whatever the formats and tails. Tails are handled inside the kernels: partial A rows and the last
-//     partial K step are copied into a zeroed stack tile, and C tiles that are not whole go through a stack
+//   - These kernels share one palette (all eight tiles 16 x 64), so a thread configures its tiles once per
+//     session, whatever the formats and tails (the group-wise kernels of the GGUF formats have one palette per
+//     group size: see below). Tails are handled inside the kernels: partial A rows (unless A is padded) and the
+//     last partial K step are copied into a zeroed stack tile, and C tiles that are not whole go through a stack
 //     buffer and masked AVX-512 stores.
 //   - INT4: per K step the nibbles of a 1 KiB packed tile are unpacked into a stack tile (vpsllw/vpandd) and
 //     loaded from there. Per group, the four C tiles are stored to the stack, converted to fp32 and

@@ -478,8 +478,7 @@ struct Kernels {
             case PackedType::kQ5_K: return unpack_typed<PackedType::kQ5_K>(w, p, tiles, scale, neg_min, pf);
             case PackedType::kQ6_K: return unpack_typed<PackedType::kQ6_K>(w, p, tiles, scale, neg_min, pf);
             case PackedType::kIq4Xs: return unpack_typed<PackedType::kIq4Xs>(w, p, tiles, scale, neg_min, pf);
-            case PackedType::kInt8:
-            case PackedType::kBf16: break;  // not group-wise
+            default: break;  // INT8, BF16 and any type added later: not group-wise, nothing to unpack
         }
     }
 

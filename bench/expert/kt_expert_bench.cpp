@@ -370,6 +370,18 @@ int main(int argc, char **argv) {
                 "AMX int8 %.0f GOP/s, bf16 %.0f GFLOP/s\n",
                 roof.read_gbs, o.roofline_bytes >> 20, roof.int8_gops, roof.int8_isa.c_str(), roof.bf16_gflops,
                 roof.bf16_isa.c_str(), roof.amx_int8_gops, roof.amx_bf16_gflops);
+    if (roof.amx_int8_gops > 0) {
+        // The ceiling of the group-wise kernels (GGUF formats): TMULs one scale group deep, and with their sums
+        // stored every group as exact per-group sums need (amx_gemm.h).
+        kt::cpu::AmxGroupPeaks gp;
+        if (kt::cpu::measure_amx_group_peaks(*tp, &gp).is_ok())
+            std::printf("# AMX int8 one group deep: group 32 %.0f GOP/s, group 16 %.0f GOP/s, group 32 with its sums "
+                        "stored %.0f GOP/s (of the AMX int8 peak: %.0f %%, %.0f %%, %.0f %%)\n",
+                        gp.group32_ops_per_s / 1e9, gp.group16_ops_per_s / 1e9, gp.group32_out_ops_per_s / 1e9,
+                        100 * gp.group32_ops_per_s / 1e9 / roof.amx_int8_gops,
+                        100 * gp.group16_ops_per_s / 1e9 / roof.amx_int8_gops,
+                        100 * gp.group32_out_ops_per_s / 1e9 / roof.amx_int8_gops);
+    }
     std::printf("# shape: %lld experts, top-%d, hidden %lld, intermediate %lld; median of %d calls after %d warm-up\n",
                 static_cast<long long>(o.experts), o.top_k, static_cast<long long>(o.hidden),
                 static_cast<long long>(o.inter), o.reps, o.warmup);

@@ -25,8 +25,10 @@ namespace {
 // of a phase leave threads idle for a small share of it.
 constexpr int64_t kMaxBlock = 256;
 constexpr int64_t kTasksPerThread = 8;
-// Tokens per GEMM call inside a task: bounds the task's fp32 scratch (kTokenChunk x block floats per matrix).
-constexpr int64_t kTokenChunk = 64;
+// Tokens per GEMM call inside a task: bounds the task's fp32 scratch (kTokenChunk x block floats per matrix). 128:
+// the AMX kernels do per-call work (gathering rows, unpacking each GGUF panel) that 128 rows (four 32-row tile
+// blocks) share, where 64 left an expert of 2048 routed tokens (Qwen3: ~128 rows) with two calls per block.
+constexpr int64_t kTokenChunk = 128;
 constexpr int64_t kTileFloats = kTokenChunk * 2 * kMaxBlock;  // per thread: gate and up outputs (or down's)
 // Rows per item when quantizing activations / merging outputs.
 constexpr int64_t kRowChunk = 4;
@@ -449,6 +451,7 @@ void ExpertPool::execute(Executor &ex, Job &job) {
         sc.slot_weight[static_cast<size_t>(s)] = job.weights[i];
     }
 
+    job_rows_id_ = cpu::new_rows_ids(2 * static_cast<uint64_t>(sc.n_slots));
     sc.x_next.next.store(0, std::memory_order_relaxed);
     sc.merge_next.next.store(0, std::memory_order_relaxed);
     for (int g = 0; g < ex.groups(); ++g) {
@@ -550,6 +553,7 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
                 acts.tile_session = session;
                 acts.counter = counter;
                 acts.rows = sc.slot_token.data() + s0;
+                acts.rows_id = job_rows_id_ + static_cast<uint64_t>(s0);  // gate and up read the same rows
                 if (gate_up_int_) {
                     acts.q = xq;
                     acts.q_ld = x_ld_;
@@ -648,6 +652,7 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
                     GemmActs acts;
                     acts.tile_session = session;
                     acts.counter = counter;
+                    acts.rows_id = job_rows_id_ + static_cast<uint64_t>(sc.n_slots + s0);
                     if (down_int_) {
                         acts.q = eg.hq.as<int8_t>() + s0 * dkp;
                         acts.q_ld = dkp;

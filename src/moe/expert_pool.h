@@ -160,6 +160,9 @@ private:
     std::atomic<uint64_t> last_ticket_{0};
     std::mutex error_mutex_;
     Status first_error_;
+    // The running job's GemmActs::rows_id values: gate/up rows of slot chunk s0 are job_rows_id_ + s0, down rows
+    // job_rows_id_ + n_slots + s0 (set by the driver thread before the workers start).
+    uint64_t job_rows_id_ = 0;
 
     // KT_EXPERT_TRACE=1: per-phase timing of every job, summarised in the log when the pool is freed. Each thread
     // records when it finishes its own work in a phase (before the barrier); the driver adds up each phase's wall

@@ -1,7 +1,10 @@
 #include "moe/linear.h"
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
+
+#include "backends/cpu/amx/amx_gemm.h"
 
 namespace kt::moe {
 namespace {
@@ -55,38 +58,56 @@ Status PackedLinear::forward(const float *x, int64_t n_tokens, float *y, int64_t
         fn(0, n, 0);
         return Status::ok();
     };
-    if (matrix_.layout.type == cpu::PackedType::kBf16) {
-        ws->bf16.resize(static_cast<size_t>(n_tokens * kp));
+    const bool bf16 = matrix_.layout.type == cpu::PackedType::kBf16;
+    ws->q.resize(static_cast<size_t>((n_tokens * kp * (bf16 ? 2 : 1) + 63) / 64));
+    if (bf16) {
+        uint16_t *xb = reinterpret_cast<uint16_t *>(ws->q.data());
         KT_TRY(run(n_tokens, 8, [&](int64_t t0, int64_t t1, int) {
-            for (int64_t t = t0; t < t1; ++t) ks.convert_row_bf16(x + t * K, false, K, kp, ws->bf16.data() + t * kp);
+            for (int64_t t = t0; t < t1; ++t) ks.convert_row_bf16(x + t * K, false, K, kp, xb + t * kp);
         }));
-        acts.bf16 = ws->bf16.data();
+        acts.bf16 = xb;
         acts.bf16_ld = kp;
     } else {
-        ws->q.resize(static_cast<size_t>(n_tokens * kp));
+        int8_t *xq = reinterpret_cast<int8_t *>(ws->q.data());
         ws->scale.resize(static_cast<size_t>(n_tokens));
         ws->sums.resize(static_cast<size_t>(n_tokens * sums_ld_));
         KT_TRY(run(n_tokens, 8, [&](int64_t t0, int64_t t1, int) {
             for (int64_t t = t0; t < t1; ++t) {
-                int8_t *q = ws->q.data() + t * kp;
+                int8_t *q = xq + t * kp;
                 ws->scale[static_cast<size_t>(t)] = ks.quantize_row(x + t * K, false, K, kp, q);
                 cpu::group_sums_row(q, K, spec_, ws->sums.data() + t * sums_ld_);
             }
         }));
-        acts.q = ws->q.data();
+        acts.q = xq;
         acts.q_ld = kp;
         acts.scale = ws->scale.data();
         acts.sums = ws->sums.data();
         acts.sums_ld = sums_ld_;
     }
+    // Every call of this forward reads the same rows: the AMX set keeps its gathered copy on each thread.
+    acts.rows_id = cpu::new_rows_ids(1);
+    // Panel chunks are handed out dynamically; each thread brackets all of its AMX calls with one tile session.
     const int64_t panels = matrix_.layout.panels;
-    return run(panels, panel_grain(panels, pool ? pool->size() : 1), [&](int64_t p0, int64_t p1, int) {
-        const int64_t n0 = p0 * cpu::kPanel, n1 = std::min(p1 * cpu::kPanel, N);
-        cpu::gemm(ks, matrix_, acts, n_tokens, n0, n1, y + n0, ldy);
-        if (!bias_.empty())
-            for (int64_t t = 0; t < n_tokens; ++t)
-                for (int64_t n = n0; n < n1; ++n) y[t * ldy + n] += bias_[static_cast<size_t>(n)];
-    });
+    const int64_t grain = panel_grain(panels, pool ? pool->size() : 1);
+    std::atomic<int64_t> next{0};
+    auto work = [&](int) {
+        cpu::amx::TileSession session;
+        cpu::GemmActs a = acts;
+        if (ks.level == cpu::IsaLevel::kAmx) a.tile_session = &session;
+        for (;;) {
+            const int64_t p0 = next.fetch_add(grain, std::memory_order_relaxed);
+            if (p0 >= panels) break;
+            const int64_t n0 = p0 * cpu::kPanel, n1 = std::min((p0 + grain) * cpu::kPanel, N);
+            cpu::gemm(ks, matrix_, a, n_tokens, n0, n1, y + n0, ldy);
+            if (!bias_.empty())
+                for (int64_t t = 0; t < n_tokens; ++t)
+                    for (int64_t n = n0; n < n1; ++n) y[t * ldy + n] += bias_[static_cast<size_t>(n)];
+        }
+        (void)session.end();  // a no-op unless AMX ran on this thread
+    };
+    if (pool && panels > grain) return pool->run(work);
+    work(0);
+    return Status::ok();
 }
 
 }  // namespace kt::moe

@@ -25,11 +25,14 @@ namespace kt::moe {
 class PackedLinear {
 public:
     // Activation buffers of one caller (grow to the largest call, then reused: no allocation in steady state).
+    // Rows start on cache lines (64-byte lines of storage), as the AMX kernels read them without a copy.
+    struct alignas(64) Line {
+        uint8_t bytes[64];
+    };
     struct Workspace {
-        std::vector<int8_t> q;
+        std::vector<Line> q;  // int8 [T][kp], or bf16 [T][kp]
         std::vector<float> scale;
         std::vector<int32_t> sums;
-        std::vector<uint16_t> bf16;
     };
 
     // Packs `w` ([N][K] rows of any type kt reads), in parallel on `pool` when given. bias: N floats, copied;

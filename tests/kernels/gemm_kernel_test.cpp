@@ -8,11 +8,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "amx/amx_reference.h"
 #include "tile_machine/tile_machine.h"
+#include "backends/cpu/amx/amx_gemm.h"
 #include "backends/cpu/kernels.h"
 #include "core/fp16.h"
 #include "mem/numa_buffer.h"
@@ -163,7 +165,7 @@ void check_case(const Case &c, uint64_t seed) {
         if (cols > gran && cols % gran == 0) slices.push_back({3, 40, gran, cols - gran});
 
         for (const Slice &sl : slices) {
-            for (int64_t m : {1, 2, 3, 5, 9}) {
+            for (int64_t m : {1, 2, 3, 5, 7, 9, 31, 33}) {
                 INFO("type " << ops::type_traits(c.src_type)->name << " target " << static_cast<int>(c.target) << " group "
                              << c.group << " K " << cols << " rows [" << sl.r0 << "+" << sl.n << ") cols [" << sl.k0
                              << "+" << sl.k << ") m " << m);
@@ -196,10 +198,12 @@ void check_case(const Case &c, uint64_t seed) {
                     cpu::IsaLevel ran_on = cpu::IsaLevel::kScalar;
                     const std::vector<float> y = run_gemm(*ks, c, src, sl.r0, sl.n, sl.k0, sl.k, x, m, &ran_on);
                     INFO("computed by " << cpu::isa_level_name(ran_on) << " code");
-                    // The AMX set takes a call with enough rows whenever AMX has a kernel for the format.
+                    // The AMX set takes a call with enough rows whenever AMX has a kernel for the format: every
+                    // format kt packs (the GGUF ones through the group-wise kernels).
                     if (ks->level == cpu::IsaLevel::kAmx) {
-                        const bool amx_format = c.target != moe::TargetFormat::kAsSource || is_bf16(c);
-                        CHECK((ran_on == cpu::IsaLevel::kAmx) == (m >= cpu::kAmxMinRows && amx_format));
+                        cpu::PackedLayout layout;
+                        REQUIRE(moe::slice_layout(src, spec, sl.r0, sl.r0 + sl.n, sl.k0, sl.k0 + sl.k, &layout).is_ok());
+                        CHECK((ran_on == cpu::IsaLevel::kAmx) == (m >= cpu::amx_min_rows(layout)));
                     } else {
                         CHECK(ran_on == ks->level);
                     }
@@ -292,5 +296,82 @@ TEST_CASE("gemm kernels: the AMX set on the tile machine", "[amx]") {
     check_case({KT_TYPE_F32, moe::TargetFormat::kInt4, 32, {96}}, 72);
     check_case({KT_TYPE_F32, moe::TargetFormat::kBf16, 0, {33}}, 73);
     check_case({KT_TYPE_BF16, moe::TargetFormat::kAsSource, 0, {64}}, 74);
+    // The GGUF formats through the group-wise kernels (groups of 32; Q6_K of 16), K slices mid-super-block
+    // included, each bit for bit equal to every other kernel set.
+    check_case({KT_TYPE_Q8_0, moe::TargetFormat::kAsSource, 0, {96}}, 75);
+    check_case({KT_TYPE_Q4_0, moe::TargetFormat::kAsSource, 0, {160}}, 76);
+    check_case({KT_TYPE_Q4_K, moe::TargetFormat::kAsSource, 0, {256}}, 77);
+    check_case({KT_TYPE_Q5_K, moe::TargetFormat::kAsSource, 0, {256}}, 78);
+    check_case({KT_TYPE_Q6_K, moe::TargetFormat::kAsSource, 0, {512}}, 79);
+    check_case({KT_TYPE_IQ4_XS, moe::TargetFormat::kAsSource, 0, {256}}, 80);
     CHECK(test::thread_tile_machine().instructions > executed_before);  // the AMX calls ran on the tile machine
+}
+
+TEST_CASE("gemm kernels: the AMX set reuses gathered rows only for the same rows_id and pointers", "[amx]") {
+    if (cpu::host_isa_level() < cpu::IsaLevel::kAvx512) {
+        WARN("skipped: the AMX kernel set needs an AVX-512 host for the calls AMX does not take");
+        return;
+    }
+    // Natively where the CPU has AMX, else on the tile machine.
+    std::unique_ptr<test::ScopedTileMachineRunner> tile_machine;
+    if (!cpu::amx::available()) tile_machine = std::make_unique<test::ScopedTileMachineRunner>();
+    const cpu::KernelSet *amx = cpu::kernel_set(cpu::IsaLevel::kAmx, false, false);
+    REQUIRE(amx);
+    const cpu::KernelSet &base = cpu::best_kernel_set(cpu::IsaLevel::kAvx512);
+    for (int32_t type : {KT_TYPE_Q4_K, KT_TYPE_Q8_0}) {
+        INFO("type " << ops::type_traits(type)->name);
+        const int64_t n = 40, k = 256, m = 17;  // >= amx_min_rows of both formats
+        const std::vector<uint8_t> bytes = test::random_gguf_rows(type, n, k, 5);
+        moe::MatrixSource src;
+        REQUIRE(moe::make_source(type, bytes.data(), n, k, &src).is_ok());
+        moe::PackSpec spec;
+        REQUIRE(moe::pack_spec_for(src, moe::TargetFormat::kAsSource, 0, &spec).is_ok());
+        cpu::PackedLayout layout;
+        REQUIRE(moe::slice_layout(src, spec, 0, n, 0, k, &layout).is_ok());
+        mem::NumaBuffer buf;
+        REQUIRE(mem::NumaBuffer::allocate(layout.bytes, nullptr, -1, &buf).is_ok());
+        REQUIRE(moe::pack_slice(src, spec, 0, 0, layout, 0, layout.panels, buf.as<uint8_t>()).is_ok());
+        const cpu::PackedMatrix w{layout, buf.as<uint8_t>()};
+        const cpu::QuantSpec qs = cpu::quant_spec(layout);
+        const int64_t ns = cpu::quant_sums_per_row(qs, k);
+        // Two activation sets in separate buffers, and a second copy of set 1's sums (different pointer, same values).
+        struct Set {
+            std::vector<int8_t> q;
+            std::vector<float> scale;
+            std::vector<int32_t> sums;
+        } sets[2];
+        for (int s = 0; s < 2; ++s) {
+            const std::vector<float> x = test::random_normal(static_cast<size_t>(m * k), 90 + s);
+            sets[s].q.resize(static_cast<size_t>(m * layout.kp));
+            sets[s].scale.resize(static_cast<size_t>(m));
+            sets[s].sums.resize(static_cast<size_t>(m * ns));
+            for (int64_t i = 0; i < m; ++i) {
+                sets[s].scale[i] = base.quantize_row(x.data() + i * k, false, k, layout.kp, sets[s].q.data() + i * layout.kp);
+                cpu::group_sums_row(sets[s].q.data() + i * layout.kp, k, qs, sets[s].sums.data() + i * ns);
+            }
+        }
+        const std::vector<int32_t> rows = {8, 0, 3, 3, 1, 7, 2, 6, 5, 16, 9, 10, 11, 12, 13, 14, 15};
+        auto run = [&](const cpu::KernelSet &ks, const Set &st, uint64_t id) {
+            cpu::GemmActs a;
+            a.q = st.q.data();
+            a.q_ld = layout.kp;
+            a.scale = st.scale.data();
+            a.sums = st.sums.data();
+            a.sums_ld = ns;
+            a.rows = rows.data();
+            a.rows_id = id;
+            std::vector<float> c(static_cast<size_t>(m * n));
+            cpu::gemm(ks, w, a, m, 0, n, c.data(), n);
+            return c;
+        };
+        const std::vector<float> expect0 = run(base, sets[0], 0), expect1 = run(base, sets[1], 0);
+        const uint64_t id = cpu::new_rows_ids(1);
+        CHECK(run(*amx, sets[0], id) == expect0);
+        CHECK(run(*amx, sets[0], id) == expect0);  // reused
+        CHECK(run(*amx, sets[1], id) == expect1);  // same id, other rows: gathered again
+        Set copy = sets[1];
+        CHECK(run(*amx, copy, id) == expect1);     // other pointers
+        CHECK(run(*amx, sets[0], 0) == expect0);   // id 0: never reused
+        CHECK(run(*amx, sets[1], 0) == expect1);
+    }
 }

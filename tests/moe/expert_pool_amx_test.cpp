@@ -1,7 +1,8 @@
 // The expert pool's AMX level, on the tile machine (the exact bytes the JIT emitted, interpreted;
 // tests/backends/tile_machine) on every host, and natively on a host with AMX; the log says which ran.
 // The packed INT8 / INT4 / BF16 buffers are shared with the AVX-512 kernels, so the packers must agree byte for byte,
-// and INT8 / INT4 results must be the same bits at every level.
+// and INT8 / INT4 and GGUF-format results (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS through the group-wise kernels)
+// must be the same bits at every level.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -104,13 +105,21 @@ TEST_CASE("amx level: pools on AMX match the AVX-512 level, and count their AMX 
     }
     struct Case {
         int32_t src_type, format, group;
+        int64_t hidden, inter;  // the K-quants and IQ4_XS need multiples of 256
     };
-    const Case cases[] = {{KT_TYPE_F32, KT_EXPERT_WEIGHTS_INT8, 0},
-                          {KT_TYPE_F32, KT_EXPERT_WEIGHTS_INT4, 32},
-                          {KT_TYPE_F32, KT_EXPERT_WEIGHTS_INT4, 64},
-                          {KT_TYPE_BF16, KT_EXPERT_WEIGHTS_AS_SOURCE, 0}};
-    const int64_t E = 4, H = 64, I = 64, T = 16;
+    const Case cases[] = {{KT_TYPE_F32, KT_EXPERT_WEIGHTS_INT8, 0, 64, 64},
+                          {KT_TYPE_F32, KT_EXPERT_WEIGHTS_INT4, 32, 64, 64},
+                          {KT_TYPE_F32, KT_EXPERT_WEIGHTS_INT4, 64, 64, 64},
+                          {KT_TYPE_BF16, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 64, 64},
+                          {KT_TYPE_Q8_0, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 96, 160},
+                          {KT_TYPE_Q4_0, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 160, 96},
+                          {KT_TYPE_Q4_K, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 256, 256},
+                          {KT_TYPE_Q5_K, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 256, 256},
+                          {KT_TYPE_Q6_K, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 256, 256},
+                          {KT_TYPE_IQ4_XS, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 256, 256}};
+    const int64_t E = 4, T = 16;
     for (const Case &c : cases) {
+        const int64_t H = c.hidden, I = c.inter;
         const ExpertWeights w = make_experts(c.src_type, c.format, c.group, E, H, I, 61);
         // Every token goes to experts 0 and 1 (and one -1): 16-row GEMMs, enough for the AMX path.
         Routing r;
@@ -130,7 +139,7 @@ TEST_CASE("amx level: pools on AMX match the AVX-512 level, and count their AMX 
         REQUIRE(kt_set_max_isa(KT_ISA_AMX) == KT_STATUS_OK);
 
         for_each_amx_runner([&](const char *runner) {
-            INFO("format " << c.format << " group " << c.group << " on " << runner);
+            INFO("source type " << c.src_type << " format " << c.format << " group " << c.group << " on " << runner);
             kt_expert_pool *amx = make_pool(w, c.format, c.group, T, 3);
             CHECK(pool_info(amx).isa == KT_ISA_AMX);
             CHECK(std::string(pool_info(amx).kernels) == "amx");
@@ -149,7 +158,7 @@ TEST_CASE("amx level: pools on AMX match the AVX-512 level, and count their AMX 
             CHECK(after.amx_fallbacks == before.amx_fallbacks);
             kt_expert_pool_free(amx);
 
-            const bool bf16 = c.format == KT_EXPERT_WEIGHTS_AS_SOURCE;
+            const bool bf16 = c.src_type == KT_TYPE_BF16;
             if (bf16) {
                 // TDPBF16PS sums even and odd products separately: not the bits of vdpbf16ps, but within fp32
                 // rounding.
@@ -164,7 +173,7 @@ TEST_CASE("amx level: pools on AMX match the AVX-512 level, and count their AMX 
     }
 }
 
-TEST_CASE("amx level: one-token calls and formats without AMX kernels run on AVX-512 by design, not as fallbacks") {
+TEST_CASE("amx level: calls of fewer than amx_min_rows() rows run on AVX-512 by design, not as fallbacks") {
     if (cpu::host_isa_level() < cpu::IsaLevel::kAvx512) {
         WARN("skipped: the AMX kernel set needs an AVX-512 host for the calls AMX does not take");
         return;
@@ -175,7 +184,11 @@ TEST_CASE("amx level: one-token calls and formats without AMX kernels run on AVX
         // INT8 weights, one token: a 1-row GEMM is AVX-512's.
         const ExpertWeights w8 = make_experts(KT_TYPE_F32, KT_EXPERT_WEIGHTS_INT8, 0, E, H, I, 71);
         kt_expert_pool *p8 = make_pool(w8, KT_EXPERT_WEIGHTS_INT8, 0, 16, 2);
-        const Routing one = make_routing(1, 2, E, 72);
+        Routing one;  // two different experts: one row each
+        one.tokens = 1;
+        one.top_k = 2;
+        one.ids = {0, 1};
+        one.weights = {0.6f, 0.4f};
         const std::vector<float> x1 = random_normal(static_cast<size_t>(H), 73);
         const std::vector<float> y1 = run_forward(p8, x1, one);
         kt_expert_pool_info info = pool_info(p8);
@@ -185,15 +198,15 @@ TEST_CASE("amx level: one-token calls and formats without AMX kernels run on AVX
         CHECK(normalized_error(y1, emulated_reference(w8, x1, one, nullptr, false)) < kEmulatedBound);
         kt_expert_pool_free(p8);
 
-        // Q4_K kept as stored: no AMX kernel reads it (yet), whatever the token count.
+        // Q4_K kept as stored, 16 tokens spread over the 4 experts: 4 rows per expert, below amx_min_rows (16).
         const ExpertWeights wq = make_experts(KT_TYPE_Q4_K, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, E, H, I, 74);
-        kt_expert_pool *pq = make_pool(wq, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 16, 2);
+        kt_expert_pool *pq = make_pool(wq, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 16, 1);
         Routing many;
         many.tokens = 16;
-        many.top_k = 2;
+        many.top_k = 1;
         for (int64_t t = 0; t < 16; ++t) {
-            many.ids.insert(many.ids.end(), {0, 1});
-            many.weights.insert(many.weights.end(), {0.5f, 0.5f});
+            many.ids.push_back(static_cast<int32_t>(t % E));
+            many.weights.push_back(0.5f);
         }
         const std::vector<float> x = random_normal(static_cast<size_t>(16 * H), 75);
         const std::vector<float> y = run_forward(pq, x, many);

@@ -72,7 +72,13 @@ TEST_CASE("packed linear: every weight type kt reads, with tails, bias and threa
             const std::vector<float> x = test::random_normal(static_cast<size_t>(T * c.k), 7 + T);
             const int64_t ldy = c.n + 5;
             std::vector<float> y(static_cast<size_t>(T * ldy), 1234.5f);
+            const cpu::GemmCounts before = cpu::process_gemm_counts();
             REQUIRE(lin->forward(x.data(), T, y.data(), ldy, &ws, T == 3 ? nullptr : pool.get()).is_ok());
+            const cpu::GemmCounts ran = cpu::process_gemm_counts() - before;
+            CHECK(ran.amx_fallbacks == 0);
+            // On the AMX level every format kt packs runs on AMX tiles once the call has enough rows.
+            if (ks.level == cpu::IsaLevel::kAmx && T >= cpu::amx_min_rows(lin->layout()))
+                CHECK(ran.calls[static_cast<int>(cpu::IsaLevel::kAmx)] == ran.total_calls());
             double err = 0, norm = 0;
             for (int64_t t = 0; t < T; ++t) {
                 const float *xt = x.data() + t * c.k;

@@ -4,7 +4,7 @@
 //
 // A call counts once, under the level that computed it, with its multiply-adds (m x computed columns x K) as int8
 // or bf16 arithmetic. The AMX kernel set (kernels.h) counts a call it sends to AMX as kAmx; a call it leaves to its
-// AVX-512 base by design (fewer than kAmxMinRows rows, a format AMX has no kernel for) as kAvx512; a call whose
+// AVX-512 base by design (fewer than amx_min_rows() rows, a format AMX has no kernel for) as kAvx512; a call whose
 // AMX kernel failed (logged, then computed by the base) as kAvx512 and one amx_fallback.
 //
 // Every thread counts into its own process-wide counter, and a caller that wants its own attribution (an expert

@@ -30,6 +30,11 @@ void group_sums_row(const int8_t *q, int64_t k, const QuantSpec &spec, int32_t *
     }
 }
 
+uint64_t new_rows_ids(uint64_t count) {
+    static std::atomic<uint64_t> next{1};
+    return next.fetch_add(count, std::memory_order_relaxed);
+}
+
 void count_gemm(const GemmActs &a, IsaLevel level, const PackedMatrix &w, int64_t m, int64_t n_begin, int64_t n_end) {
     const GemmArith arith = w.layout.type == PackedType::kBf16 ? GemmArith::kBf16 : GemmArith::kInt8;
     const uint64_t macs = static_cast<uint64_t>(m) * static_cast<uint64_t>(n_end - n_begin) * static_cast<uint64_t>(w.layout.k);

@@ -51,6 +51,10 @@ struct GemmActs {
     int64_t bf16_ld = 0;
     // Output row i reads activation row rows[i] (nullptr: row i).
     const int32_t *rows = nullptr;
+    // Nonzero: consecutive calls on this thread with the same rows_id (and the same pointers and row count) read
+    // the same activation values, so a kernel set that gathers rows into a layout of its own (AMX) may reuse its
+    // copy, e.g. between an expert's gate and up GEMMs. Callers make ids unique process-wide (new_rows_ids()).
+    uint64_t rows_id = 0;
     // Weights the caller will use next (a panel, e.g. the next expert's), prefetched while the last panel of this
     // call is computed, as each panel prefetches the next. nullptr: none.
     const uint8_t *prefetch_next = nullptr;
@@ -95,7 +99,17 @@ struct KernelSet {
     void (*axpy_row)(float w, const float *x, int64_t n, float *y);
     // dst[i] = (accumulate ? dst[i] : 0) + (((src[0][i] + src[1][i]) + ...)); dst is fp32, or bf16 when dst_bf16.
     void (*merge_row)(const float *const *src, int n_src, int64_t n, void *dst, bool dst_bf16, bool accumulate);
+    // Panel p of a group-wise integer matrix (INT4, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS) as the AMX set reads
+    // it (amx::GroupedPanel): the signed codes in the INT8 tile layout (ceil(K / 64) steps of 2 KiB; skipped
+    // when tiles is nullptr), and per group g and column the scale S_g and, for formats with mins, -M_g, fp32
+    // [groups][32], exactly as gemm_int uses them. prefetch_next: prefetch panel + 1 meanwhile (the caller's next).
+    // Other types: nothing.
+    void (*unpack_panel_s8)(const PackedMatrix &w, int64_t panel, int8_t *tiles, float *scale, float *neg_min,
+                            bool prefetch_next);
 };
+
+// The first of `count` fresh, process-wide unique GemmActs::rows_id values (thread-safe).
+uint64_t new_rows_ids(uint64_t count);
 
 // Counts one GEMM call of m rows over columns [n_begin, n_end) of w, computed by code of `level`, in the calling
 // thread's counter and in a.counter.
@@ -118,12 +132,18 @@ const KernelSet &best_kernel_set(IsaLevel level);
 // The level the kernels should use now: kAmx when amx::available(), else active_isa_level().
 IsaLevel kernel_level();
 
-// The AMX set: INT8 and INT4 weights (AMX int8 tiles) and BF16 weights (bf16 tiles) through the JIT kernels of
-// backends/cpu/amx when a call has at least kAmxMinRows rows; everything else, and smaller calls (a tile that is
-// mostly empty is slower than AVX-512 VNNI), through the best AVX-512 set. INT8 and INT4 results are the same bits
-// as the other levels (the AMX contract's numerics are these kernels'); BF16 differs in the last bits (TDPBF16PS
-// sums even and odd products separately).
-inline constexpr int64_t kAmxMinRows = 8;
+// The AMX set: INT8 and INT4 weights (AMX int8 tiles), the GGUF formats Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS
+// (int8 tiles, one TMUL per scale group: amx::gemm_s8_grouped_f32 over unpack_panel_s8) and BF16 weights (bf16
+// tiles) through the JIT kernels of backends/cpu/amx when a call has at least amx_min_rows() rows; other formats,
+// and smaller calls (where AVX-512 is faster), through the best AVX-512 set. Integer results are the same bits as
+// the other levels (the AMX contract's numerics are these kernels'); BF16 differs in the last bits (TDPBF16PS sums
+// even and odd products separately).
+//
+// The fewest rows a call of this matrix needs to run on AMX: where the AMX kernels overtake AVX-512 VNNI / BF16,
+// measured one core, 256 columns, K 768 and 2048, weights in L2 (the crossover below both): INT8 and BF16 at 2
+// rows (AVX-512 BF16 is 8x slower than its tiles), INT4 at 4 (group 32: 8), the group-wise GGUF formats at 12-16
+// (per-group tile stores and scaling cost more than AVX-512's decoding until the tiles are well filled; 16 here).
+int64_t amx_min_rows(const PackedLayout &layout);
 // The sets this host can run, from scalar up (for tests: every path is exercised, including fallbacks).
 int supported_kernel_sets(const KernelSet **out, int capacity);
 

@@ -95,6 +95,7 @@ struct Kernels {
         ks->swiglu_row = &swiglu_row;
         ks->axpy_row = &axpy_row;
         ks->merge_row = &merge_row;
+        ks->unpack_panel_s8 = &unpack_panel_s8;
     }
 
     // The next panel's share of the side arrays (high bits, scales, mins): each is contiguous per panel (packed.h), and
@@ -408,6 +409,95 @@ struct Kernels {
             case PackedType::kIq4Xs: return int_gemm_typed<PackedType::kIq4Xs, 8>(w, a, m, n_begin, n_end, c, ldc);
             case PackedType::kMxfp4: return int_gemm_typed<PackedType::kMxfp4, 8>(w, a, m, n_begin, n_end, c, ldc);
             case PackedType::kBf16: break;
+        }
+    }
+
+    // ---- the group-wise formats as the AMX set reads them -----------------------------------------------------
+
+    // The signed code w_q of each byte the GEMM above decodes to u: u - u_offset (formats with mins: u itself), so
+    // that sum(w_q * a_q) over a group is the exact integer the GEMM scales, with or without VNNI.
+    template <PackedType T>
+    static VI signed_code(VI u, VI u_offset) {
+        if constexpr (Fmt<T>::kMins || kSigned<T>) return u;
+        return S::sub8(u, u_offset);
+    }
+
+    // With prefetch_next, panel p + 1's tiles and side arrays are prefetched while panel p is decoded, one share per
+    // 64-K step, so that they stream in during the AMX kernel's work on panel p.
+    template <PackedType T>
+    static void unpack_typed(const PackedMatrix &w, int64_t p, int8_t *tiles, float *scale, float *neg_min,
+                             bool prefetch_next) {
+        const PackedLayout &L = w.layout;
+        const int64_t steps = (L.k + 63) / 64;  // 64-K steps; a nibble tile holds two (its low and high nibbles)
+        const bool prefetching = prefetch_next && p + 1 < L.panels;
+        const SidePrefetch side = prefetching ? side_prefetch<T>(w, p + 1) : SidePrefetch{};
+        const int64_t tile_lines = L.tiles_per_half * 2 * kTileBytes / 64;
+        auto prefetch_share = [&](int64_t t) {  // step t's share of the next panel
+            if (!prefetching) return;
+            const uint8_t *next_tiles = w.tile(p + 1, 0, 0);
+            for (int64_t l = tile_lines * t / steps; l < tile_lines * (t + 1) / steps; ++l) S::prefetch(next_tiles + l * 64);
+            for (int i = 0; i < side.n; ++i)
+                for (int64_t l = side.lines[i] * t / steps; l < side.lines[i] * (t + 1) / steps; ++l)
+                    S::prefetch(side.next[i] + l * 64);
+        };
+        if (!tiles)
+            for (int64_t t = 0; t < steps; ++t) prefetch_share(t);
+        if (tiles) {
+            VI table = S::zero();
+            if constexpr (T == PackedType::kIq4Xs) {
+                alignas(64) uint8_t t[64];
+                for (int i = 0; i < 64; ++i) t[i] = kSigned<T> ? static_cast<uint8_t>(kIq4Signed[i % 16]) : kIq4Unsigned[i % 16];
+                table = S::loadu(t);
+            }
+            const VI u_offset = S::set1_8(static_cast<int8_t>(packed_type_info(T).u_offset));
+            for (int64_t t = 0; t < steps; ++t) {
+                prefetch_share(t);
+                for (int h = 0; h < 2; ++h) {
+                    int8_t *dst = tiles + (t * 2 + h) * kTileBytes;
+                    if constexpr (!Fmt<T>::kNibble) {
+                        std::memcpy(dst, w.tile(p, t, h), kTileBytes);  // the int8 codes are stored as they are
+                    } else {
+                        const int64_t s = t / 2;
+                        const int part = static_cast<int>(t % 2);
+                        const uint8_t *src = w.tile(p, s, h);
+                        const int64_t tile_index = (p * L.tiles_per_half + s) * 2 + h;
+                        for (int r = 0; r < 16; ++r) {
+                            const uint8_t *row_hb = nullptr;
+                            if constexpr (T == PackedType::kQ5_K) row_hb = w.data + L.hbits + tile_index * 256 + r * 16;
+                            if constexpr (T == PackedType::kQ6_K) row_hb = w.data + L.hbits + tile_index * 512 + r * 32;
+                            for (int vi = 0; vi * kW * 4 < kTileRowBytes; ++vi) {
+                                const int off = r * static_cast<int>(kTileRowBytes) + vi * kW * 4;
+                                S::storeu(dst + off, signed_code<T>(decode<T>(src + off, part, row_hb, vi, table), u_offset));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        const VI sign = S::set1_32(static_cast<int32_t>(0x80000000u));
+        for (int64_t g = 0; g < L.groups; ++g) {
+            for (int col = 0; col < kPanel; col += kW) {
+                VF s = S::fzero(), mn = S::fzero();
+                group_scale<T>(w, p, g, col, &s, &mn);
+                S::storef(scale + g * kPanel + col, s);
+                // -min by its sign bit: fma(-min, x, acc) is then fnma(min, x, acc) bit for bit, zeros included.
+                if constexpr (Fmt<T>::kMins) S::storef(neg_min + g * kPanel + col, S::castf(S::xor_(S::casti(mn), sign)));
+            }
+        }
+    }
+
+    static void unpack_panel_s8(const PackedMatrix &w, int64_t p, int8_t *tiles, float *scale, float *neg_min,
+                                bool prefetch_next) {
+        const bool pf = prefetch_next;
+        switch (w.layout.type) {
+            case PackedType::kInt4: return unpack_typed<PackedType::kInt4>(w, p, tiles, scale, neg_min, pf);
+            case PackedType::kQ8_0: return unpack_typed<PackedType::kQ8_0>(w, p, tiles, scale, neg_min, pf);
+            case PackedType::kQ4_0: return unpack_typed<PackedType::kQ4_0>(w, p, tiles, scale, neg_min, pf);
+            case PackedType::kQ4_K: return unpack_typed<PackedType::kQ4_K>(w, p, tiles, scale, neg_min, pf);
+            case PackedType::kQ5_K: return unpack_typed<PackedType::kQ5_K>(w, p, tiles, scale, neg_min, pf);
+            case PackedType::kQ6_K: return unpack_typed<PackedType::kQ6_K>(w, p, tiles, scale, neg_min, pf);
+            case PackedType::kIq4Xs: return unpack_typed<PackedType::kIq4Xs>(w, p, tiles, scale, neg_min, pf);
+            default: break;  // INT8, BF16 and any type added later: not group-wise, nothing to unpack
         }
     }
 

@@ -94,6 +94,55 @@ constexpr int kBandwidthPasses = 5;
 constexpr int kComputeRepetitions = 3;
 constexpr double kComputeSeconds = 0.05;  // per repetition, after calibration
 
+// A peak: calibrate the iteration count on one thread, then run every thread together; the fastest repetition.
+// sink: one cache line per thread for the probes' results.
+template <typename Dots>
+Status peak_ops_per_s(ThreadPool &pool, Dots &&dots, int64_t macs_per_iteration, std::vector<double> &sink,
+                      double *ops_per_s) {
+    int64_t iterations = 1 << 14;
+    for (;;) {
+        const Clock::time_point start = Clock::now();
+        sink[0] += static_cast<double>(dots(iterations));
+        const double s = seconds_since(start);
+        if (s >= kComputeSeconds / 4 || iterations > (int64_t{1} << 40)) {
+            iterations = static_cast<int64_t>(static_cast<double>(iterations) * kComputeSeconds / std::max(s, 1e-6));
+            break;
+        }
+        iterations *= 4;
+    }
+    double fastest = 1e30;
+    for (int rep = 0; rep < kComputeRepetitions; ++rep) {
+        const Clock::time_point start = Clock::now();
+        KT_TRY(pool.run([&](int t) { sink[static_cast<size_t>(t) * 8] += static_cast<double>(dots(iterations)); }));
+        fastest = std::min(fastest, seconds_since(start));
+    }
+    *ops_per_s = 2.0 * static_cast<double>(iterations) * static_cast<double>(macs_per_iteration) * pool.size() / fastest;
+    return Status::ok();
+}
+
+// The TMUL probe of `arith` as a peak; its first failure on any thread is the result.
+Status tmul_peak(ThreadPool &pool, amx::TmulArith arith, std::vector<double> &sink, double *ops_per_s) {
+    std::mutex failure_mutex;
+    Status failure;
+    auto dots = [&](int64_t rounds) {
+        double result = 0;
+        const Status s = amx::tmul_peak_probe(arith, rounds, &result);
+        if (!s.is_ok()) {
+            std::lock_guard<std::mutex> lock(failure_mutex);
+            if (failure.is_ok()) failure = s;
+        }
+        return result;
+    };
+    KT_TRY(peak_ops_per_s(pool, dots, amx::probe_macs_per_round(arith), sink, ops_per_s));
+    return failure;
+}
+
+void keep_used(const std::vector<double> &sink) {
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    volatile double keep = 0;
+    for (double v : sink) keep = keep + v;  // the probes' results must look used
+}
+
 }  // namespace
 
 Status measure_roofline(ThreadPool &pool, uint64_t buffer_bytes, Roofline *out) {
@@ -124,59 +173,27 @@ Status measure_roofline(ThreadPool &pool, uint64_t buffer_bytes, Roofline *out) 
     }
     r.read_bytes_per_s = static_cast<double>(r.buffer_bytes) / best;
 
-    // Peaks: calibrate the iteration count on one thread, then run every thread together.
-    double ops_per_s = 0.0;
-    auto peak_ops_per_s = [&](auto dots, int64_t macs_per_iteration) -> Status {
-        int64_t iterations = 1 << 14;
-        for (;;) {
-            const Clock::time_point start = Clock::now();
-            sink[0] += static_cast<double>(dots(iterations));
-            const double s = seconds_since(start);
-            if (s >= kComputeSeconds / 4 || iterations > (int64_t{1} << 40)) {
-                iterations = static_cast<int64_t>(static_cast<double>(iterations) * kComputeSeconds / std::max(s, 1e-6));
-                break;
-            }
-            iterations *= 4;
-        }
-        double fastest = 1e30;
-        for (int rep = 0; rep < kComputeRepetitions; ++rep) {
-            const Clock::time_point start = Clock::now();
-            KT_TRY(pool.run([&](int t) { sink[static_cast<size_t>(t) * 8] += static_cast<double>(dots(iterations)); }));
-            fastest = std::min(fastest, seconds_since(start));
-        }
-        ops_per_s = 2.0 * static_cast<double>(iterations) * static_cast<double>(macs_per_iteration) * n / fastest;
-        return Status::ok();
-    };
-    KT_TRY(peak_ops_per_s(probes.int8_dots, probes.int8_macs_per_iteration));
-    r.int8_ops_per_s = ops_per_s;
-    KT_TRY(peak_ops_per_s(probes.bf16_dots, probes.bf16_macs_per_iteration));
-    r.bf16_flops_per_s = ops_per_s;
+    // Peaks: every thread together.
+    KT_TRY(peak_ops_per_s(pool, probes.int8_dots, probes.int8_macs_per_iteration, sink, &r.int8_ops_per_s));
+    KT_TRY(peak_ops_per_s(pool, probes.bf16_dots, probes.bf16_macs_per_iteration, sink, &r.bf16_flops_per_s));
     if (amx::runs_natively()) {
-        // The probe reports its status per call; the first failure of any thread ends the measurement.
-        std::mutex failure_mutex;
-        Status failure;
-        auto tmul = [&](amx::TmulArith arith) {
-            return [&, arith](int64_t rounds) {
-                double result = 0;
-                const Status s = amx::tmul_peak_probe(arith, rounds, &result);
-                if (!s.is_ok()) {
-                    std::lock_guard<std::mutex> lock(failure_mutex);
-                    if (failure.is_ok()) failure = s;
-                }
-                return result;
-            };
-        };
-        KT_TRY(peak_ops_per_s(tmul(amx::TmulArith::kInt8), amx::kProbeMacsPerRoundInt8));
-        KT_TRY(failure);
-        r.amx_int8_ops_per_s = ops_per_s;
-        KT_TRY(peak_ops_per_s(tmul(amx::TmulArith::kBf16), amx::kProbeMacsPerRoundBf16));
-        KT_TRY(failure);
-        r.amx_bf16_flops_per_s = ops_per_s;
+        KT_TRY(tmul_peak(pool, amx::TmulArith::kInt8, sink, &r.amx_int8_ops_per_s));
+        KT_TRY(tmul_peak(pool, amx::TmulArith::kBf16, sink, &r.amx_bf16_flops_per_s));
     }
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    volatile double keep = 0;
-    for (double v : sink) keep = keep + v;  // the probes' results must look used
+    keep_used(sink);
     *out = r;
+    return Status::ok();
+}
+
+Status measure_amx_group_peaks(ThreadPool &pool, AmxGroupPeaks *out) {
+    KT_RETURN_IF(!amx::runs_natively(), KT_STATUS_UNSUPPORTED, "AMX group peaks: AMX does not run natively here");
+    std::vector<double> sink(static_cast<size_t>(pool.size()) * 8);
+    AmxGroupPeaks p;
+    KT_TRY(tmul_peak(pool, amx::TmulArith::kInt8Group32, sink, &p.group32_ops_per_s));
+    KT_TRY(tmul_peak(pool, amx::TmulArith::kInt8Group16, sink, &p.group16_ops_per_s));
+    KT_TRY(tmul_peak(pool, amx::TmulArith::kInt8Group32Out, sink, &p.group32_out_ops_per_s));
+    keep_used(sink);
+    *out = p;
     return Status::ok();
 }
 

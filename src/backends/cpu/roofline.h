@@ -26,6 +26,17 @@ struct Roofline {
     double amx_bf16_flops_per_s = 0.0;  // TDPBF16PS, 2 flops per multiply-add
 };
 
+// What the TMUL unit retires when each multiply is one scale group deep (the group-wise kernels of the GGUF
+// formats, amx_gemm.h), in int8 ops per second (2 per multiply-add), every thread together: TMULs of K = 32 and
+// K = 16, and K = 32 with every TMUL's sums stored (TILESTORED), as exact per-group sums require.
+struct AmxGroupPeaks {
+    double group32_ops_per_s = 0.0;
+    double group16_ops_per_s = 0.0;
+    double group32_out_ops_per_s = 0.0;
+};
+// UNSUPPORTED unless AMX code runs natively.
+Status measure_amx_group_peaks(ThreadPool &pool, AmxGroupPeaks *out);
+
 // buffer_bytes: the bandwidth buffer (rounded down to a multiple of 4 KiB per thread); use several times the
 // last-level cache. Each thread first-touches its own slice, so on NUMA machines the pages are local to it.
 Status measure_roofline(ThreadPool &pool, uint64_t buffer_bytes, Roofline *out);

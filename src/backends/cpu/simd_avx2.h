@@ -35,6 +35,7 @@ struct Avx2 {
     static VI srl16(VI a) { return _mm256_srli_epi16(a, N); }
     static VI add32(VI a, VI b) { return _mm256_add_epi32(a, b); }
     static VI sub32(VI a, VI b) { return _mm256_sub_epi32(a, b); }
+    static VI sub8(VI a, VI b) { return _mm256_sub_epi8(a, b); }
 
     // See Avx512::dot4: vpmaddubsw while two products fit int16, the 16-bit path otherwise.
     template <int kUMax>

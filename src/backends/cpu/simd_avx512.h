@@ -40,6 +40,7 @@ struct Avx512 {
     static VI srl16(VI a) { return _mm512_srli_epi16(a, N); }
     static VI add32(VI a, VI b) { return _mm512_add_epi32(a, b); }
     static VI sub32(VI a, VI b) { return _mm512_sub_epi32(a, b); }
+    static VI sub8(VI a, VI b) { return _mm512_sub_epi8(a, b); }
 
     // acc + sum over the 4 bytes of each 32-bit lane of u (unsigned) * s (signed): exact.
     // kUMax: the largest u the caller can pass. Without VNNI, vpmaddubsw is exact while two products fit int16

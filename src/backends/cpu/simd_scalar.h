@@ -63,6 +63,7 @@ struct Scalar {
     static VI and_(VI a, VI b) { return bytewise(a, b, [](uint8_t x, uint8_t y) { return x & y; }); }
     static VI or_(VI a, VI b) { return bytewise(a, b, [](uint8_t x, uint8_t y) { return x | y; }); }
     static VI xor_(VI a, VI b) { return bytewise(a, b, [](uint8_t x, uint8_t y) { return x ^ y; }); }
+    static VI sub8(VI a, VI b) { return bytewise(a, b, [](uint8_t x, uint8_t y) { return x - y; }); }
     template <int N>
     static VI srl16(VI a) {
         VI r;

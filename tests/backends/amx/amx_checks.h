@@ -19,5 +19,6 @@ std::string describe(const Shape &s);
 void check_int8(const Shape &sh, uint32_t seed);   // gemm_s8_s32 and gemm_s8_f32 on INT8 weights
 void check_int4(const Shape &sh, uint32_t seed);   // gemm_s8_f32 on INT4 weights (sh.group)
 void check_bf16(const Shape &sh, uint32_t seed);   // gemm_bf16_f32
+void check_grouped(const Shape &sh, bool mins, uint32_t seed);  // gemm_s8_grouped_f32 (sh.group 16 or 32)
 
 }  // namespace kt::test

@@ -26,6 +26,11 @@ const Shape kInt4Shapes[] = {
     {1, 32, 128, 128}, {7, 17, 384, 128}, {33, 48, 128, 64}, {16, 33, 192, 64},
     {1, 16, 32, 32},   {7, 32, 96, 32},   {33, 17, 160, 32}, {16, 40, 256, 32},
 };
+// Group-wise (the GGUF formats): M, N and K tails of 1, 7, 31, 33 around the 32 x 32 block, 16-row tile and 64-K step.
+const Shape kGroupedShapes[] = {
+    {1, 32, 32, 32},   {7, 17, 96, 32},  {31, 31, 256, 32}, {33, 33, 224, 32}, {16, 7, 64, 32},  {40, 64, 160, 32},
+    {1, 1, 16, 16},    {7, 31, 112, 16}, {33, 17, 256, 16}, {31, 33, 48, 16},  {32, 32, 64, 16},
+};
 const Shape kBf16Shapes[] = {
     {1, 32, 32}, {7, 17, 70}, {16, 48, 256}, {33, 33, 33}, {2, 1, 1}, {32, 16, 100},
 };
@@ -45,6 +50,16 @@ TEST_CASE("amx gemm: INT4 group-wise -> fp32, exact against the stated fp32 orde
     for (const Shape &sh : kInt4Shapes) {
         DYNAMIC_SECTION(describe(sh)) { check_int4(sh, seed); }
         ++seed;
+    }
+}
+
+TEST_CASE("amx gemm: group-wise int8 -> fp32 (GGUF formats), exact against the stated fp32 order", "[amx]") {
+    uint32_t seed = 400;
+    for (const Shape &sh : kGroupedShapes) {
+        for (bool mins : {false, true}) {
+            DYNAMIC_SECTION(describe(sh) << (mins ? " with mins" : "")) { check_grouped(sh, mins, seed); }
+            ++seed;
+        }
     }
 }
 
@@ -121,6 +136,54 @@ TEST_CASE("amx gemm: bad arguments get a status, never a crash", "[amx]") {
     bad_desc.desc.group = 32;
     CHECK(gemm_s8_s32(nullptr, bad_desc, 8, 0, 40, a.data(), 64, c.data(), 40).code() == KT_STATUS_INVALID_ARGUMENT);
 
+    // Group-wise: shapes, groups and pointers are checked before any code runs.
+    std::vector<float> gscale(2 * 32, 1.0f), asum(2 * 32, 0.0f);
+    std::vector<int8_t> a32(32 * 64, 1);
+    GroupedPanel gb;
+    gb.n = 32;
+    gb.k = 64;
+    gb.group = 32;
+    gb.tiles = reinterpret_cast<const int8_t *>(p.bytes.get());
+    gb.scale = gscale.data();
+    GroupedActs ga;
+    ga.m = 8;
+    ga.k = 64;
+    ga.group = 32;
+    ga.a = a32.data();
+    ga.a_scale = a_scale.data();
+    auto grouped = [&](GroupedPanel b, GroupedActs x, int64_t ldc) {
+        return gemm_s8_grouped_f32(nullptr, b, x, cf.data(), ldc).code();
+    };
+    CHECK(grouped(gb, ga, 40) == KT_STATUS_OK);
+    GroupedPanel bad = gb;
+    bad.group = 64;
+    CHECK(grouped(bad, ga, 40) == KT_STATUS_INVALID_ARGUMENT);  // only 16 and 32
+    bad = gb;
+    bad.k = 48;
+    CHECK(grouped(bad, ga, 40) == KT_STATUS_INVALID_ARGUMENT);  // K not a multiple of the group
+    bad = gb;
+    bad.n = 33;
+    CHECK(grouped(bad, ga, 40) == KT_STATUS_INVALID_ARGUMENT);  // more than a panel
+    bad = gb;
+    bad.scale = nullptr;
+    CHECK(grouped(bad, ga, 40) == KT_STATUS_INVALID_ARGUMENT);
+    bad = gb;
+    bad.neg_min = gscale.data();
+    CHECK(grouped(bad, ga, 40) == KT_STATUS_INVALID_ARGUMENT);  // mins without the activation sums
+    GroupedActs bad_a = ga;
+    bad_a.asum = asum.data();
+    CHECK(grouped(bad, bad_a, 40) == KT_STATUS_OK);
+    bad_a = ga;
+    bad_a.k = 32;
+    CHECK(grouped(gb, bad_a, 40) == KT_STATUS_INVALID_ARGUMENT);  // packed for another K
+    bad_a = ga;
+    bad_a.group = 16;
+    CHECK(grouped(gb, bad_a, 40) == KT_STATUS_INVALID_ARGUMENT);  // or another group
+    bad_a = ga;
+    bad_a.m = 0;
+    CHECK(grouped(gb, bad_a, 40) == KT_STATUS_INVALID_ARGUMENT);
+    CHECK(grouped(gb, ga, 31) == KT_STATUS_INVALID_ARGUMENT);  // ldc < n
+
     // The ISA cap applies to the tile machine too, so the pool's lower levels can be forced while it is installed.
     cpu::set_max_isa_level(cpu::IsaLevel::kAvx512);
     CHECK_FALSE(available());
@@ -129,29 +192,42 @@ TEST_CASE("amx gemm: bad arguments get a status, never a crash", "[amx]") {
     CHECK(available());
 }
 
-TEST_CASE("amx roofline probe: its TMUL loop runs every round of both instructions", "[amx]") {
+TEST_CASE("amx roofline probe: its TMUL loop runs every round of every variant", "[amx]") {
     // The probe's inputs (amx_probe_kernel.cpp): int8 tiles A0 A1 B0 B1 filled with 1 + (byte index % 7) over the
-    // 4 KiB of all four, bf16 tiles all 2^-8. Its result is the sum of the four accumulators tmm0 = A0 B0,
-    // tmm1 = A0 B1, tmm2 = A1 B0, tmm3 = A1 B1 after `rounds` TMULs each.
+    // 4 KiB of all four (rows of 64 bytes; a K-deep variant reads the first K bytes of A's rows and K / 4 rows of
+    // B), bf16 tiles all 2^-8. Its result is the sum of the four accumulators A0 B0, A0 B1, A1 B0, A1 B1 after
+    // `rounds` TMULs each (the variant that stores every TMUL's sums: one round's).
     auto byte = [](int tile, int row, int col) { return 1 + (tile * 1024 + row * 64 + col) % 7; };
-    int64_t int8_round = 0;
-    const int pairs[4][2] = {{0, 2}, {0, 3}, {1, 2}, {1, 3}};
-    for (const auto &pr : pairs)
-        for (int r = 0; r < 16; ++r)
-            for (int n = 0; n < 16; ++n)
-                for (int k = 0; k < 64; ++k) int8_round += int64_t{byte(pr[0], r, k)} * byte(pr[1], k / 4, 4 * n + k % 4);
+    auto int8_round = [&](int depth) {
+        int64_t sum = 0;
+        const int pairs[4][2] = {{0, 2}, {0, 3}, {1, 2}, {1, 3}};
+        for (const auto &pr : pairs)
+            for (int r = 0; r < 16; ++r)
+                for (int n = 0; n < 16; ++n)
+                    for (int k = 0; k < depth; ++k) sum += int64_t{byte(pr[0], r, k)} * byte(pr[1], k / 4, 4 * n + k % 4);
+        return sum;
+    };
+    CHECK(probe_macs_per_round(TmulArith::kInt8) == 4 * 16 * 16 * 64);
+    CHECK(probe_macs_per_round(TmulArith::kInt8Group16) == 4 * 16 * 16 * 16);
     for_each_amx_runner([&](const char *runner) {
         INFO("on " << runner);
         for (int64_t rounds : {1, 3}) {
             double result = 0;
             REQUIRE(tmul_peak_probe(TmulArith::kInt8, rounds, &result).is_ok());
-            CHECK(result == static_cast<double>(rounds * int8_round));
+            CHECK(result == static_cast<double>(rounds * int8_round(64)));
+            REQUIRE(tmul_peak_probe(TmulArith::kInt8Group32, rounds, &result).is_ok());
+            CHECK(result == static_cast<double>(rounds * int8_round(32)));
+            REQUIRE(tmul_peak_probe(TmulArith::kInt8Group16, rounds, &result).is_ok());
+            CHECK(result == static_cast<double>(rounds * int8_round(16)));
+            REQUIRE(tmul_peak_probe(TmulArith::kInt8Group32Out, rounds, &result).is_ok());
+            CHECK(result == static_cast<double>(int8_round(32)));
             // bf16: each output gains 32 products of 2^-16 per round; 1024 outputs.
             REQUIRE(tmul_peak_probe(TmulArith::kBf16, rounds, &result).is_ok());
             CHECK(result == 0.5 * static_cast<double>(rounds));
         }
         double unused = 0;
         CHECK(tmul_peak_probe(TmulArith::kInt8, 0, &unused).code() == KT_STATUS_INVALID_ARGUMENT);
+        CHECK(tmul_peak_probe(static_cast<TmulArith>(9), 1, &unused).code() == KT_STATUS_INVALID_ARGUMENT);
     });
 }
 

@@ -24,12 +24,21 @@ namespace {
 
 // One kernel per path of amx_gemm_kernel.cpp: whole tiles (stored straight from the tiles) and partial rows / columns
 // (through the stack, masked); the A tile staged for partial rows (m < 16 and 16 < m < 32); the partial K step; a
-// kernel that is only a tail step; every INT4 group size and every INT4 remainder (32, 64, 96 of a 128-K unit).
+// kernel that is only a tail step; every INT4 group size and every INT4 remainder (32, 64, 96 of a 128-K unit); the
+// group-wise kernels of the GGUF formats.
 const GemmKernelDesc kGolden[] = {
     {GemmKind::kS8S32, 32, 32, 256, 0},  {GemmKind::kS8S32, 7, 17, 100, 0},  {GemmKind::kS8S32, 20, 32, 64, 0},
     {GemmKind::kS8F32, 32, 32, 128, 0},  {GemmKind::kS8F32, 1, 1, 1, 0},     {GemmKind::kS4F32, 32, 32, 256, 128},
     {GemmKind::kS4F32, 16, 32, 192, 64}, {GemmKind::kS4F32, 32, 32, 128, 32}, {GemmKind::kS4F32, 7, 17, 96, 32},
     {GemmKind::kS4F32, 3, 9, 32, 32},    {GemmKind::kBf16F32, 32, 32, 64, 0}, {GemmKind::kBf16F32, 5, 20, 70, 0},
+    // Group-wise: whole tiles and steps, with and without mins; partial rows, columns and a partial last step;
+    // groups of 16 (four per step) with a 3-group last step.
+    {GemmKind::kS8GroupF32, 32, 32, 256, 32}, {GemmKind::kS8GroupMinF32, 32, 32, 256, 32},
+    {GemmKind::kS8GroupF32, 7, 17, 96, 32},   {GemmKind::kS8GroupMinF32, 20, 9, 112, 16},
+    {GemmKind::kS8GroupF32, 16, 32, 64, 16},
+    // A padded to whole row tiles: the partial tiles loaded directly, also in a partial K step.
+    {GemmKind::kS8F32, 20, 32, 100, 0, true}, {GemmKind::kBf16F32, 7, 17, 70, 0, true},
+    {GemmKind::kS4F32, 9, 32, 128, 32, true},
 };
 
 std::string golden_path(const std::string &name) { return std::string(KT_AMX_GOLDEN_DIR) + "/" + name + ".txt"; }
@@ -70,6 +79,8 @@ void run_shape(const GemmKernelDesc &d, uint32_t seed) {
         case GemmKind::kS8F32: check_int8(sh, seed); break;
         case GemmKind::kS4F32: check_int4(sh, seed); break;
         case GemmKind::kBf16F32: check_bf16(sh, seed); break;
+        case GemmKind::kS8GroupF32: check_grouped(sh, false, seed); break;
+        case GemmKind::kS8GroupMinF32: check_grouped(sh, true, seed); break;
     }
 }
 

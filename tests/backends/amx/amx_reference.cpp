@@ -57,6 +57,29 @@ std::vector<float> gemm_s4_f32(int64_t m, int64_t n, int64_t k, int64_t group, c
     return c;
 }
 
+std::vector<float> gemm_s8_grouped_f32(int64_t m, int64_t n, int64_t k, int64_t group, const int8_t *a, int64_t lda,
+                                       const float *a_scale, const int8_t *w, int64_t ldw, const float *w_scale,
+                                       const float *w_neg_min) {
+    const int64_t groups = k / group;
+    std::vector<float> c(static_cast<size_t>(m * n));
+    for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+            float acc = 0.0f;
+            for (int64_t g = 0; g < groups; ++g) {
+                const int8_t *ag = a + i * lda + g * group;
+                const float isum = static_cast<float>(dot_s8(ag, w + j * ldw + g * group, group));
+                acc = std::fma(isum, w_scale[j * groups + g], acc);
+                if (!w_neg_min) continue;
+                int64_t asum = 0;
+                for (int64_t x = 0; x < group; ++x) asum += ag[x];
+                acc = std::fma(w_neg_min[j * groups + g], static_cast<float>(asum), acc);
+            }
+            c[static_cast<size_t>(i * n + j)] = acc * a_scale[i];
+        }
+    }
+    return c;
+}
+
 void gemm_bf16_f64(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda, const uint16_t *w, int64_t ldw,
                    std::vector<double> *c, std::vector<double> *abs_sum) {
     c->assign(static_cast<size_t>(m * n), 0.0);

@@ -19,6 +19,13 @@ std::vector<float> gemm_s8_f32(int64_t m, int64_t n, int64_t k, const int8_t *a,
 std::vector<float> gemm_s4_f32(int64_t m, int64_t n, int64_t k, int64_t group, const int8_t *a, int64_t lda,
                                const float *a_scale, const int8_t *w, int64_t ldw, const float *w_scale);
 
+// Group-wise (amx_gemm.h, GroupedPanel): acc = 0; per group g in order: acc = fma(float(sum_{k in g} a*w),
+// w_scale[n][g], acc), then, when w_neg_min is given, acc = fma(w_neg_min[n][g], float(sum_{k in g} a), acc);
+// C = acc * a_scale[m].
+std::vector<float> gemm_s8_grouped_f32(int64_t m, int64_t n, int64_t k, int64_t group, const int8_t *a, int64_t lda,
+                                       const float *a_scale, const int8_t *w, int64_t ldw, const float *w_scale,
+                                       const float *w_neg_min);
+
 // bf16 x bf16 in double (exact products, nearly exact sums), and sum_k |a * w| for the error bound.
 void gemm_bf16_f64(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda, const uint16_t *w, int64_t ldw,
                    std::vector<double> *c, std::vector<double> *abs_sum);

@@ -38,7 +38,8 @@
 // Shapes and tails
 // ---------------------------------------------------------------------------------------------------------------
 //   M: any M >= 1. Blocks of 32 rows; a tail block uses partial tiles (no padding of A or C is required; nothing
-//      outside A[0..M)[0..K) and the M x (n_end - n_begin) block of C is read or written).
+//      outside A[0..M)[0..K) and the M x (n_end - n_begin) block of C is read or written, unless the caller says A
+//      is padded to whole 16-row tiles).
 //   N: any N >= 1 at packing (padded with zero weights to a multiple of kNPanel = 32). A GEMM call computes the
 //      columns [n_begin, n_end) with n_begin % 32 == 0 and (n_end % 32 == 0 or n_end == N): threads split N by
 //      panels.
@@ -59,9 +60,10 @@
 //   - C stays in tiles for the whole K, so C is written once, never reloaded.
 //   - The 32-column panel makes each K step's B one contiguous 2 KiB (two 1 KiB tiles, stride 64), so every
 //     B tile load touches one page.
-//   - Every kernel uses the same palette (all eight tiles 16 x 64), so a thread configures its tiles once per
-//     session, whatever the formats and tails. Tails are handled inside the kernels: partial A rows and the last
-//     partial K step are copied into a zeroed stack tile, and C tiles that are not whole go through a stack
+//   - These kernels share one palette (all eight tiles 16 x 64), so a thread configures its tiles once per
+//     session, whatever the formats and tails (the group-wise kernels of the GGUF formats have one palette per
+//     group size: see below). Tails are handled inside the kernels: partial A rows (unless A is padded) and the
+//     last partial K step are copied into a zeroed stack tile, and C tiles that are not whole go through a stack
 //     buffer and masked AVX-512 stores.
 //   - INT4: per K step the nibbles of a 1 KiB packed tile are unpacked into a stack tile (vpsllw/vpandd) and
 //     loaded from there. Per group, the four C tiles are stored to the stack, converted to fp32 and
@@ -105,10 +107,13 @@ class JitCode;
 
 namespace kt::cpu::amx {
 
+struct TileConfig;  // amx_tile_config.h
+
 // ---- packed weights ------------------------------------------------------------------------------------------
 
 inline constexpr int64_t kNPanel = 32;        // columns per packed panel and per kernel call
 inline constexpr int64_t kMBlock = 32;        // rows per kernel call
+inline constexpr int64_t kRowsPerTile = 16;   // rows per A / C tile
 inline constexpr int64_t kTileBytes = 1024;   // 16 rows x 64 bytes
 inline constexpr int64_t kKStepS8 = 64;       // int8 K per TMUL
 inline constexpr int64_t kKStepBf16 = 32;     // bf16 K per TMUL
@@ -173,9 +178,12 @@ public:
     TileSession(const TileSession &) = delete;
     TileSession &operator=(const TileSession &) = delete;
 
-    // Loads kt's tile palette on this thread unless it is loaded already; the first call saves the thread's
-    // configuration. MISUSE from another thread than the creator's.
+    // Loads kt's tile palette (or `palette`, a kernel's own: amx_tile_config.h) on this thread unless it is loaded
+    // already; the first call saves the thread's configuration. A change of palette costs one LDTILECFG (about
+    // 60 ns measured; it also zeroes the tiles), so callers group calls of one palette. MISUSE from another
+    // thread than the creator's.
     Status configure();
+    Status configure(const TileConfig &palette);
     // Restores the saved configuration or releases the tiles. Idempotent; a later configure() starts over.
     Status end();
 
@@ -183,6 +191,7 @@ public:
 
 private:
     alignas(64) uint8_t saved_[64] = {};
+    alignas(64) uint8_t loaded_[64] = {};
     bool active_ = false;
     std::thread::id owner_ = std::this_thread::get_id();
 };
@@ -191,24 +200,80 @@ private:
 //
 // C[m][n] for 0 <= m < M, n_begin <= n < n_end (see Numerics), written at c[m * ldc + (n - n_begin)]: c points at
 // the first computed column, as in the expert pool's other kernels (a thread can own a column slice of C).
-// `session` may be nullptr (the call brackets itself). INVALID_ARGUMENT for bad pointers, ranges or strides;
-// UNSUPPORTED when available() is false; INTERNAL for a kernel that failed to generate or (under the tile machine)
-// faulted.
+// `session` may be nullptr (the call brackets itself). `a_padded`: A has round_up(m, 16) readable rows, the rows
+// from m on finite (e.g. zero), so the last partial tile of rows is loaded from A instead of being copied row by row
+// into a stack tile every K step (measured: m = 24 runs at 2016 GOP/s staged, 2479 at m = 16). INVALID_ARGUMENT
+// for bad pointers, ranges or strides; UNSUPPORTED when available() is false; INTERNAL for a kernel that failed to
+// generate or (under the tile machine) faulted.
 
 // b: INT8. C int32, exact.
 Status gemm_s8_s32(TileSession *session, const PackedB &b, int64_t m, int64_t n_begin, int64_t n_end,
                    const int8_t *a /* [m][lda] */, int64_t lda, int32_t *c /* [m][ldc], column n_begin first */,
-                   int64_t ldc);
+                   int64_t ldc, bool a_padded = false);
 
 // b: INT8 or INT4. C fp32, scaled by a_scale[m] and the weight scales.
 Status gemm_s8_f32(TileSession *session, const PackedB &b, int64_t m, int64_t n_begin, int64_t n_end,
                    const int8_t *a /* [m][lda] */, int64_t lda, const float *a_scale /* [m] */,
-                   float *c /* [m][ldc], column n_begin first */, int64_t ldc);
+                   float *c /* [m][ldc], column n_begin first */, int64_t ldc, bool a_padded = false);
 
 // b: BF16. C fp32.
 Status gemm_bf16_f32(TileSession *session, const PackedB &b, int64_t m, int64_t n_begin, int64_t n_end,
                      const uint16_t *a /* [m][lda] */, int64_t lda, float *c /* [m][ldc], column n_begin first */,
-                     int64_t ldc);
+                     int64_t ldc, bool a_padded = false);
+
+// ---- group-wise int8 weights (the GGUF formats) --------------------------------------------------------------
+//
+// Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS keep their own packed layouts (backends/cpu/packed.h); the AMX kernel set
+// turns one 32-column panel at a time into a GroupedPanel (signed int8 codes in the INT8 tile layout, fp32 group
+// scales) and multiplies it with activations prepared once per call (GroupedActs). Numerics are the other kernel
+// sets' (backends/cpu/kernels.h), so results are the same bits on every ISA:
+//   per group g of `group` K positions, in order: isum = sum_{k in g} a_q[m][k] * w_q[n][k]   (int32, exact)
+//     acc = fma(float(isum), scale[g][n], acc)                                    (acc from +0)
+//     with mins: acc = fma(neg_min[g][n], asum[m][g], acc)   (= fnma(min, asum, acc) bit for bit: -min is exact)
+//   C = acc * a_scale[m]
+//
+// Why this shape, and what it costs (measured on the Intel AMX host, one core, operands in L1, best of 2000 runs):
+//   - A TMUL costs the same whatever its K: 16 x 16 outputs with K = 64, 32 or 16 int8 all take 4.9 ns (16 cycles),
+//     M = 8 rows about 3 ns. So exact per-group sums cost one TMUL per group: at most 50 % of the int8 TMUL peak
+//     for groups of 32 and 25 % for Q6_K's 16. No layout avoids it: keeping several groups' sums apart in one TMUL
+//     means zeros in A or B, which the TMUL multiplies just the same.
+//   - Each group's sums must leave the tiles (TILESTORED) and be scaled by AVX-512: per group and 16 x 16 block,
+//     TMUL + loads 6.4 ns, + the tile store 12.4 ns (they do not overlap), + cvt and fma per row 19.5 ns, + the
+//     mins' fma 24 ns: about 10 % of the TMUL peak, and the group-wise kernels run close to that (8-11 %, twice the
+//     AVX-512 VNNI kernels of the same formats). Fewer stores and conversions need a different operation order
+//     (e.g. integer sums over a super-block with the 6-bit scales folded in), i.e. other bits than every other
+//     ISA: not done, so that results stay identical across ISAs.
+//   - The group sizes get their own palettes (amx_tile_config.h: A one group wide, B group / 4 rows), so every
+//     TMUL is exactly one group without zero rows, and A is packed so each A tile is contiguous (GroupedActs).
+//     Switching palettes costs one LDTILECFG (about 60 ns); the expert pool runs one format per phase.
+//   - Accumulators live in zmm registers (16 x 16 sub-blocks, one zmm per row): no accumulator loads or stores per
+//     group. Four C tiles rotate so consecutive groups' TMULs do not wait for each other's stores.
+struct GroupedPanel {
+    int32_t n = 0;      // valid columns, 1..32 (the rest of the panel is zero)
+    int64_t k = 0;      // K, a multiple of group
+    int32_t group = 0;  // 16 or 32
+    // The INT8 layout of one panel (see "Packed layouts"): ceil(K / 64) steps of two 1 KiB tiles, signed codes.
+    const int8_t *tiles = nullptr;
+    const float *scale = nullptr;    // [K / group][32]
+    const float *neg_min = nullptr;  // [K / group][32] (formats with mins), or nullptr
+};
+
+// The activations, packed so that every A tile (16 rows x one group) is one contiguous run of 16 * group bytes:
+// row r of 32-row block b, group g at a[((b * G + g) * 32 + r % 32) * group] (G = K / group), for ceil(m / 32)
+// blocks; rows m.. of the last block are read too (keep them zero).
+struct GroupedActs {
+    int64_t m = 0;      // rows, >= 1
+    int64_t k = 0;      // = the panel's K
+    int32_t group = 0;  // = the panel's group
+    const int8_t *a = nullptr;
+    const float *a_scale = nullptr;  // [m]
+    // With mins: asum[b][g][r] = float(sum_{k in g} a_q[32b + r][k]) ([ceil(m / 32)][G][32]; rows m.. finite).
+    const float *asum = nullptr;
+};
+
+// C[m][0..b.n) (ldc in elements, c at the panel's first column). INVALID_ARGUMENT for bad shapes or pointers;
+// UNSUPPORTED when available() is false; INTERNAL for a kernel that failed to generate or faulted.
+Status gemm_s8_grouped_f32(TileSession *session, const GroupedPanel &b, const GroupedActs &a, float *c, int64_t ldc);
 
 // ---- where generated code runs -------------------------------------------------------------------------------
 

@@ -50,6 +50,7 @@ struct GemmCall {
     void *c;
     int64_t ldc;  // elements
     size_t c_elem;
+    bool a_padded;
 };
 
 const char *kind_label(GemmKind kind) {
@@ -58,6 +59,8 @@ const char *kind_label(GemmKind kind) {
         case GemmKind::kS8F32: return "gemm_s8_f32";
         case GemmKind::kS4F32: return "gemm_s8_f32 (INT4)";
         case GemmKind::kBf16F32: return "gemm_bf16_f32";
+        case GemmKind::kS8GroupF32:
+        case GemmKind::kS8GroupMinF32: return "gemm_s8_grouped_f32";
     }
     return "gemm";
 }
@@ -113,6 +116,7 @@ Status run_gemm(TileSession *session, const GemmCall &g) {
             desc.n = pn ? n_tail : static_cast<int32_t>(kNPanel);
             desc.k = layout.k;
             desc.group = static_cast<int32_t>(layout.group);
+            desc.a_padded = g.a_padded && desc.m % kMaxTileRows != 0;
             KT_TRY(gemm_kernel(desc, &kernels[pm][pn]));
         }
     }
@@ -150,6 +154,65 @@ Status run_gemm(TileSession *session, const GemmCall &g) {
     return session ? Status::ok() : local.end();
 }
 
+// ---- group-wise GEMM ---------------------------------------------------------------------------------------
+
+Status check_grouped(const GroupedPanel &b, const GroupedActs &a, const float *c, int64_t ldc) {
+    const char *fn = "amx gemm_s8_grouped_f32";
+    KT_RETURN_IF(!available(), KT_STATUS_UNSUPPORTED, "%s: AMX is not available in this process", fn);
+    KT_RETURN_IF(b.group != 16 && b.group != 32, KT_STATUS_INVALID_ARGUMENT, "%s: group %d is not 16 or 32", fn,
+                 b.group);
+    KT_RETURN_IF(b.n < 1 || b.n > kNPanel, KT_STATUS_INVALID_ARGUMENT, "%s: n = %d is not in 1..%lld", fn, b.n,
+                 static_cast<long long>(kNPanel));
+    KT_RETURN_IF(b.k < b.group || b.k > kMaxPackedDim || b.k % b.group != 0, KT_STATUS_INVALID_ARGUMENT,
+                 "%s: k = %lld is not a multiple of %d in 1..%lld", fn, static_cast<long long>(b.k), b.group,
+                 static_cast<long long>(kMaxPackedDim));
+    KT_RETURN_IF(!b.tiles || !b.scale, KT_STATUS_INVALID_ARGUMENT, "%s: tiles or scale is null", fn);
+    KT_RETURN_IF(a.m < 1 || a.m > (int64_t{1} << 31), KT_STATUS_INVALID_ARGUMENT, "%s: m = %lld", fn,
+                 static_cast<long long>(a.m));
+    KT_RETURN_IF(!a.a || !a.a_scale || !c, KT_STATUS_INVALID_ARGUMENT, "%s: A, a_scale or C is null", fn);
+    KT_RETURN_IF(b.neg_min && !a.asum, KT_STATUS_INVALID_ARGUMENT, "%s: weights with mins need the activation sums",
+                 fn);
+    KT_RETURN_IF(a.k != b.k || a.group != b.group, KT_STATUS_INVALID_ARGUMENT,
+                 "%s: activations packed for K %lld, group %d, weights for K %lld, group %d", fn,
+                 static_cast<long long>(a.k), a.group, static_cast<long long>(b.k), b.group);
+    KT_RETURN_IF(ldc < b.n || ldc > (int64_t{1} << 40), KT_STATUS_INVALID_ARGUMENT, "%s: ldc %lld < %d columns", fn,
+                 static_cast<long long>(ldc), b.n);
+    return Status::ok();
+}
+
+Status run_grouped(TileSession *session, const GroupedPanel &b, const GroupedActs &a, float *c, int64_t ldc) {
+    KT_TRY(check_grouped(b, a, c, ldc));
+    const GemmKind kind = b.neg_min ? GemmKind::kS8GroupMinF32 : GemmKind::kS8GroupF32;
+    const int32_t m_tail = static_cast<int32_t>(a.m % kMBlock);
+    const jit::JitCode *kernels[2] = {};
+    for (int pm = 0; pm < 2; ++pm) {
+        if (pm == 0 ? a.m < kMBlock : m_tail == 0) continue;
+        KT_TRY(gemm_kernel({kind, pm ? m_tail : static_cast<int32_t>(kMBlock), b.n, b.k, b.group}, &kernels[pm]));
+    }
+    TileSession local;
+    TileSession *tiles = session ? session : &local;
+    KT_TRY(tiles->configure(group_palette(b.group)));
+    const int64_t groups = b.k / b.group;
+    GemmKernelParams params;
+    params.ldc = ldc * static_cast<int64_t>(sizeof(float));
+    params.b = b.tiles;
+    params.b_scale = b.scale;
+    params.b_min = b.neg_min;
+    for (int64_t m0 = 0; m0 < a.m; m0 += kMBlock) {
+        const bool partial = a.m - m0 < kMBlock;
+        params.a = a.a + m0 * b.k;  // block m0 / 32 starts after (m0 / 32) * G * 32 * group = m0 * K bytes
+        params.a_scale = a.a_scale + m0;
+        params.a_sums = b.neg_min ? a.asum + (m0 / kMBlock) * groups * kNPanel : nullptr;
+        params.c = c + m0 * ldc;
+        Status s = run_code(*kernels[partial], &params);
+        if (!s.is_ok()) {
+            if (!session) (void)local.end();
+            return std::move(s).with_context("amx gemm_s8_grouped_f32: kernel '" + kernels[partial]->name() + "'");
+        }
+    }
+    return session ? Status::ok() : local.end();
+}
+
 }  // namespace
 
 // ---- TileSession ---------------------------------------------------------------------------------------------
@@ -158,14 +221,24 @@ TileSession::~TileSession() {
     if (active_) (void)end();
 }
 
-Status TileSession::configure() {
+Status TileSession::configure() { return configure(kt_palette()); }
+
+Status TileSession::configure(const TileConfig &palette) {
     KT_RETURN_IF(std::this_thread::get_id() != owner_, KT_STATUS_MISUSE,
                  "amx: a TileSession is used on a thread other than the one that created it");
-    if (active_) return Status::ok();
-    KT_RETURN_IF(!available(), KT_STATUS_UNSUPPORTED, "amx: AMX is not available in this process");
-    KT_TRY(run_stub(TileStub::kStoreConfig, saved_));
-    if (std::memcmp(saved_, &kt_palette(), sizeof saved_) != 0) KT_TRY(run_stub(TileStub::kLoadConfig, &kt_palette()));
-    active_ = true;
+    if (!active_) {
+        KT_RETURN_IF(!available(), KT_STATUS_UNSUPPORTED, "amx: AMX is not available in this process");
+        KT_TRY(run_stub(TileStub::kStoreConfig, saved_));
+        std::memcpy(loaded_, saved_, sizeof loaded_);
+        active_ = true;
+    }
+    if (std::memcmp(loaded_, &palette, sizeof loaded_) == 0) return Status::ok();
+    Status s = run_stub(TileStub::kLoadConfig, &palette);
+    if (!s.is_ok()) {
+        (void)end();
+        return s;
+    }
+    std::memcpy(loaded_, &palette, sizeof loaded_);
     return Status::ok();
 }
 
@@ -175,26 +248,30 @@ Status TileSession::end() {
                  "amx: a TileSession is ended on a thread other than the one that created it");
     active_ = false;
     if (saved_[0] == 0) return run_stub(TileStub::kRelease, nullptr);  // the thread had no tiles: release ours
-    if (std::memcmp(saved_, &kt_palette(), sizeof saved_) == 0) return Status::ok();
+    if (std::memcmp(saved_, loaded_, sizeof saved_) == 0) return Status::ok();
     return run_stub(TileStub::kLoadConfig, saved_);
 }
 
 // ---- GEMM entry points ---------------------------------------------------------------------------------------
 
 Status gemm_s8_s32(TileSession *session, const PackedB &b, int64_t m, int64_t n_begin, int64_t n_end,
-                   const int8_t *a, int64_t lda, int32_t *c, int64_t ldc) {
-    return run_gemm(session, {GemmKind::kS8S32, &b, m, n_begin, n_end, a, lda, 1, nullptr, c, ldc, 4});
+                   const int8_t *a, int64_t lda, int32_t *c, int64_t ldc, bool a_padded) {
+    return run_gemm(session, {GemmKind::kS8S32, &b, m, n_begin, n_end, a, lda, 1, nullptr, c, ldc, 4, a_padded});
 }
 
 Status gemm_s8_f32(TileSession *session, const PackedB &b, int64_t m, int64_t n_begin, int64_t n_end,
-                   const int8_t *a, int64_t lda, const float *a_scale, float *c, int64_t ldc) {
+                   const int8_t *a, int64_t lda, const float *a_scale, float *c, int64_t ldc, bool a_padded) {
     const GemmKind kind = b.desc.type == WeightType::kInt4 ? GemmKind::kS4F32 : GemmKind::kS8F32;
-    return run_gemm(session, {kind, &b, m, n_begin, n_end, a, lda, 1, a_scale, c, ldc, 4});
+    return run_gemm(session, {kind, &b, m, n_begin, n_end, a, lda, 1, a_scale, c, ldc, 4, a_padded});
 }
 
 Status gemm_bf16_f32(TileSession *session, const PackedB &b, int64_t m, int64_t n_begin, int64_t n_end,
-                     const uint16_t *a, int64_t lda, float *c, int64_t ldc) {
-    return run_gemm(session, {GemmKind::kBf16F32, &b, m, n_begin, n_end, a, lda, 2, nullptr, c, ldc, 4});
+                     const uint16_t *a, int64_t lda, float *c, int64_t ldc, bool a_padded) {
+    return run_gemm(session, {GemmKind::kBf16F32, &b, m, n_begin, n_end, a, lda, 2, nullptr, c, ldc, 4, a_padded});
+}
+
+Status gemm_s8_grouped_f32(TileSession *session, const GroupedPanel &b, const GroupedActs &a, float *c, int64_t ldc) {
+    return run_grouped(session, b, a, c, ldc);
 }
 
 // ---- availability and runners --------------------------------------------------------------------------------

@@ -14,6 +14,8 @@
 //             scales applied and masked stores for partial columns, one row per loop iteration
 //   postamble
 //
+//   Group-wise kinds (GroupedPanel) have a structure of their own: see "group-wise kinds" below.
+//
 // Register use:
 //   r8, r9   A row 0 and row 16 of the block at the current K          r10  lda (bytes)
 //   r11      B: current packed step / unit                               r12  64, the stride of packed/stack tiles
@@ -62,13 +64,17 @@ const char *kind_name(GemmKind kind) {
         case GemmKind::kS8F32: return "s8f32";
         case GemmKind::kS4F32: return "s4f32";
         case GemmKind::kBf16F32: return "bf16f32";
+        case GemmKind::kS8GroupF32: return "s8g";
+        case GemmKind::kS8GroupMinF32: return "s8gm";
     }
     return "unknown";
 }
 
+bool is_grouped(GemmKind kind) { return kind == GemmKind::kS8GroupF32 || kind == GemmKind::kS8GroupMinF32; }
+
 Status validate(const GemmKernelDesc &d) {
     KT_RETURN_IF(d.kind != GemmKind::kS8S32 && d.kind != GemmKind::kS8F32 && d.kind != GemmKind::kS4F32 &&
-                     d.kind != GemmKind::kBf16F32,
+                     d.kind != GemmKind::kBf16F32 && !is_grouped(d.kind),
                  KT_STATUS_INVALID_ARGUMENT, "amx gemm kernel: unknown kind %d", static_cast<int>(d.kind));
     KT_RETURN_IF(d.m < 1 || d.m > kMBlock, KT_STATUS_INVALID_ARGUMENT, "amx gemm kernel: m = %d is not in 1..%lld",
                  d.m, static_cast<long long>(kMBlock));
@@ -76,7 +82,13 @@ Status validate(const GemmKernelDesc &d) {
                  d.n, static_cast<long long>(kNPanel));
     KT_RETURN_IF(d.k < 1 || d.k > kMaxK, KT_STATUS_INVALID_ARGUMENT, "amx gemm kernel: k = %lld is not in 1..%lld",
                  static_cast<long long>(d.k), static_cast<long long>(kMaxK));
-    if (d.kind == GemmKind::kS4F32) {
+    if (is_grouped(d.kind)) {
+        KT_RETURN_IF(d.group != 16 && d.group != 32, KT_STATUS_INVALID_ARGUMENT,
+                     "amx gemm kernel: group %d of a group-wise kernel is not 16 or 32", d.group);
+        KT_RETURN_IF(d.k % d.group != 0, KT_STATUS_INVALID_ARGUMENT,
+                     "amx gemm kernel: k = %lld is not a multiple of the group %d", static_cast<long long>(d.k),
+                     d.group);
+    } else if (d.kind == GemmKind::kS4F32) {
         KT_RETURN_IF(d.group != 32 && d.group != 64 && d.group != 128, KT_STATUS_INVALID_ARGUMENT,
                      "amx gemm kernel: INT4 group %d is not 32, 64 or 128", d.group);
         KT_RETURN_IF(d.k % d.group != 0, KT_STATUS_INVALID_ARGUMENT,
@@ -86,6 +98,8 @@ Status validate(const GemmKernelDesc &d) {
         KT_RETURN_IF(d.group != 0, KT_STATUS_INVALID_ARGUMENT, "amx gemm kernel: group %d given for a non-INT4 kind",
                      d.group);
     }
+    KT_RETURN_IF(d.a_padded && (is_grouped(d.kind) || d.m % kMaxTileRows == 0), KT_STATUS_INVALID_ARGUMENT,
+                 "amx gemm kernel: a padded A is for dense kinds with partial row tiles (m = %d)", d.m);
     return Status::ok();
 }
 
@@ -94,26 +108,33 @@ Status validate(const GemmKernelDesc &d) {
 class GemmKernelGenerator final : public AmxGenerator {
 public:
     explicit GemmKernelGenerator(const GemmKernelDesc &desc)
-        : AmxGenerator(gemm_kernel_name(desc), kt_palette(), kMaxCodeSize), d_(desc) {
+        : AmxGenerator(gemm_kernel_name(desc), is_grouped(desc.kind) ? group_palette(desc.group) : kt_palette(),
+                       kMaxCodeSize),
+          d_(desc) {
         tiles_m_ = (d_.m + kTileRows - 1) / kTileRows;
         tiles_n_ = (d_.n + kTileCols - 1) / kTileCols;
         for (int i = 0; i < 2; ++i) rows_[i] = std::clamp(d_.m - i * kTileRows, 0, kTileRows);
         for (int j = 0; j < 2; ++j) cols_[j] = std::clamp(d_.n - j * kTileCols, 0, kTileCols);
         s4_ = d_.kind == GemmKind::kS4F32;
+        grouped_ = is_grouped(d_.kind);
+        mins_ = d_.kind == GemmKind::kS8GroupMinF32;
         const int64_t k_bytes = d_.kind == GemmKind::kBf16F32 ? 2 * d_.k : d_.k;
-        k_tail_bytes_ = static_cast<int>(k_bytes % kStepBytes);
-        // Stack frame: [A stage: 2 tiles][INT4 B stage][C: 32 rows x 128 B][INT4 accumulator: 32 x 128 B].
+        k_tail_bytes_ = grouped_ ? 0 : static_cast<int>(k_bytes % kStepBytes);  // groups cover K exactly
+        // Stack frame: [A stage: 2 tiles][INT4 B stage][C: 32 rows x 128 B][accumulator: 32 x 128 B][pointers].
         int32_t offset = 0;
         stage_a_ = offset;
-        offset += 2 * kTileBytes;
+        if (!grouped_) offset += 2 * kTileBytes;  // grouped: A is padded by the caller, never staged
         stage_b_ = offset;
         if (s4_) offset += (d_.group == 32 ? 4 : 2) * kTileBytes;
         c_stack_ = offset;
-        offset += kMBlock * kCStackStride;
+        offset += kMBlock * kCStackStride;  // grouped: the four rotating C tiles
         acc_ = offset;
         if (s4_) offset += kMBlock * kCStackStride;
+        slot_ldc_ = offset;
+        slot_a_scale_ = offset + 8;
+        if (grouped_) offset += 64;
         // A kernel of whole tiles with raw output and whole K steps touches no stack buffer.
-        const bool stackless = !scaled() && whole_tiles() && k_tail_bytes_ == 0;
+        const bool stackless = !grouped_ && !scaled() && whole_tiles() && k_tail_bytes_ == 0;
         frame_bytes_ = stackless ? 0 : offset;
     }
 
@@ -135,11 +156,19 @@ private:
     Xbyak::Opmask col_mask(int j) const { return Xbyak::Opmask(1 + j); }
     const Xbyak::Opmask &k_tail_mask_ = k3;
 
-    bool scaled() const { return d_.kind == GemmKind::kS8F32 || d_.kind == GemmKind::kS4F32; }
+    bool scaled() const { return d_.kind == GemmKind::kS8F32 || accumulates(); }
+    // Kinds that sum groups into an fp32 accumulator on the stack.
+    bool accumulates() const { return s4_; }
     bool whole_tiles() const { return d_.m % kTileRows == 0 && d_.n % kTileCols == 0; }
     Tdp tdp_op() const { return d_.kind == GemmKind::kBf16F32 ? Tdp::kBf16ps : Tdp::kBssd; }
 
     void generate() override {
+        if (grouped_) {
+            preamble(frame_bytes_);
+            grouped_body();
+            postamble(true);
+            return;
+        }
         preamble(frame_bytes_);
         load_params();
         set_constants();
@@ -203,7 +232,7 @@ private:
             zeroed = vector_used_ = true;
         };
         for (int i = 0; i < tiles_m_; ++i) {
-            if (rows_[i] == kTileRows) continue;  // partial rows: rows beyond m stay zero (finite for bf16)
+            if (a_rows(i) == kTileRows) continue;  // partial rows: rows beyond m stay zero (finite for bf16)
             zero_reg();
             store_zero_rows(stage_a_ + i * kTileBytes + rows_[i] * kRowBytes, kTileRows - rows_[i]);
         }
@@ -214,7 +243,7 @@ private:
                 store_zero_rows(stage_b_s4(1, j, 0), 8);
             }
         }
-        if (s4_) {
+        if (accumulates()) {
             zero_reg();
             for (int r = 0; r < d_.m; ++r)
                 for (int j = 0; j < tiles_n_; ++j)
@@ -224,24 +253,27 @@ private:
 
     // ---- K loop ----
 
+    // Rows of A tile i read from A: the valid ones, or the whole tile when A is padded.
+    int a_rows(int i) const { return d_.a_padded ? kTileRows : rows_[i]; }
+
     // Loads the A tiles for the current K step; `k_bytes` < 64 for the last partial step.
     void load_a(int k_bytes) {
         const bool partial_k = k_bytes < kStepBytes;
         for (int i = 0; i < tiles_m_; ++i) {
-            if (rows_[i] == kTileRows && !partial_k) {
+            if (a_rows(i) == kTileRows && !partial_k) {
                 tile_load(tile_a(i), reg_a_[i], reg_lda_);
                 continue;
             }
             const int32_t stage = stage_a_ + i * kTileBytes;
             mov(rax, reg_a_[i]);
-            for (int r = 0; r < rows_[i]; ++r) {
+            for (int r = 0; r < a_rows(i); ++r) {
                 if (partial_k) {
                     vmovdqu8(zmm0 | k_tail_mask_ | T_z, ptr[rax]);
                 } else {
                     vmovdqu8(zmm0, ptr[rax]);
                 }
                 vmovdqu8(ptr[rsp + stage + r * kRowBytes], zmm0);
-                if (r + 1 < rows_[i]) add(rax, reg_lda_);
+                if (r + 1 < a_rows(i)) add(rax, reg_lda_);
             }
             tile_load(tile_a(i), rsp, reg_64_, stage);
             vector_used_ = true;
@@ -368,6 +400,129 @@ private:
         }
     }
 
+    // ---- group-wise kinds ------------------------------------------------------------------------------------
+    //
+    // The block is computed as 16 x 16 sub-blocks, each over the whole K with its fp32 accumulators in zmm0..15
+    // (one per row), so the per-group epilogue never loads or stores an accumulator. Per group: one A tile (16
+    // rows x group bytes), one B tile (group / 4 rows x 16 columns), tilezero + one TMUL into the next of four C
+    // tiles (consecutive groups are independent, so TMULs overlap the previous groups' vector work), C -> stack,
+    // then per row acc = fma(float(C), S, acc) [acc = fma(-min, asum, acc)]. Groups run in a loop of units of
+    // four (one per C tile). Sub-blocks go (0,0) (0,1) (1,1) (1,0): each shares its A or B stream with the one
+    // before, which the L1 still holds.
+    //
+    // A is packed (GroupedActs): the tile of rows 16i.. and group g is 16 * group contiguous bytes at
+    // A + (32 g + 16 i) * group, so a tile load reads 8 (g32) or 4 (g16) whole cache lines, not 16 half-used ones
+    // (measured: 7.3 ns per group with strided A rows, 5.5 contiguous).
+    //
+    // Registers: r8 / r9 A rows 0 / 16, r10 group (the A tile stride), r11 B, r12 64, r13 C, r15 scale, rdi -min,
+    // rdx asum (all fixed);
+    // rax A and rcx B of the current unit, r14 the unit's byte offset into scale / -min / asum, rbx the unit count;
+    // zmm0..15 accumulators, zmm16..23 converted C, zmm24/25 scales, zmm26/27 -mins. ldc and a_scale wait in
+    // stack slots until the sub-block's output.
+
+    static constexpr int kUnitGroups = 4;  // groups per unit: one per C tile
+
+    Zmm acc_reg(int r) const { return Zmm(r); }
+
+    // Byte offset of group g's B rows (g < kUnitGroups) from the unit's B pointer, half j.
+    int32_t grouped_b_offset(int g, int j) const {
+        const int per_step = static_cast<int>(kStepBytes / d_.group);
+        return (g / per_step) * kPanelStepBytes + (g % per_step) * d_.group * 16 + j * kTileBytes;
+    }
+
+    void grouped_load_params() {
+        const Reg64 &p = abi_param1;
+        mov(reg_a_[0], ptr[p + offset_of(offsetof(GemmKernelParams, a))]);
+        mov(reg_lda_, d_.group);  // the A tile stride
+        mov(reg_b_, ptr[p + offset_of(offsetof(GemmKernelParams, b))]);
+        mov(reg_c_, ptr[p + offset_of(offsetof(GemmKernelParams, c))]);
+        mov(rax, ptr[p + offset_of(offsetof(GemmKernelParams, ldc))]);
+        mov(ptr[rsp + slot_ldc_], rax);
+        mov(rax, ptr[p + offset_of(offsetof(GemmKernelParams, a_scale))]);
+        mov(ptr[rsp + slot_a_scale_], rax);
+        mov(reg_b_scale_, ptr[p + offset_of(offsetof(GemmKernelParams, b_scale))]);
+        if (mins_) {
+            mov(rdx, ptr[p + offset_of(offsetof(GemmKernelParams, a_sums))]);
+            mov(rdi, ptr[p + offset_of(offsetof(GemmKernelParams, b_min))]);  // the params pointer last
+        }
+        if (tiles_m_ == 2) lea(reg_a_[1], ptr[reg_a_[0] + kTileRows * d_.group]);
+    }
+
+    // Group g of the current unit (C tile c) for sub-block (i, j): loads, TMUL, then its epilogue.
+    void grouped_group(int i, int j, int g, int c) {
+        const int ab = g % 2;  // A and B tiles alternate, so the next group's loads need not wait for this TMUL
+        tile_load(tile_a(ab), rax, reg_lda_, g * static_cast<int32_t>(kMBlock) * d_.group);
+        tile_load(tile_b(ab), rcx, reg_64_, grouped_b_offset(g, j));
+        tile_zero(4 + c);
+        tile_dp(Tdp::kBssd, 4 + c, tile_a(ab), tile_b(ab));
+        const int32_t cbuf = c_stack_ + c * kTileBytes;
+        tile_store(4 + c, rsp, reg_64_, cbuf);
+        const Zmm scale(24 + ab), neg_min(26 + ab);
+        vmovups(scale, ptr[reg_b_scale_ + r14 + g * kNPanel * 4 + j * kRowBytes]);
+        if (mins_) vmovups(neg_min, ptr[rdi + r14 + g * kNPanel * 4 + j * kRowBytes]);
+        for (int r = 0; r < kTileRows; ++r) {
+            const Zmm t(16 + r % 8);
+            vcvtdq2ps(t, ptr[rsp + cbuf + r * kRowBytes]);
+            vfmadd231ps(acc_reg(r), t, scale);
+            if (mins_) vfmadd231ps(acc_reg(r), neg_min, ptr_b[rdx + r14 + g * kNPanel * 4 + (i * kTileRows + r) * 4]);
+        }
+    }
+
+    void grouped_sub_block(int i, int j) {
+        const int64_t groups = d_.k / d_.group;
+        const int64_t units = groups / kUnitGroups;
+        for (int r = 0; r < kTileRows; ++r) vpxord(acc_reg(r), acc_reg(r), acc_reg(r));
+        mov(rax, reg_a_[i]);
+        mov(rcx, reg_b_);
+        xor_(r14, r14);
+        if (units > 0) {
+            Xbyak::Label loop;
+            mov(rbx, units);
+            L(loop);
+            for (int g = 0; g < kUnitGroups; ++g) grouped_group(i, j, g, g);
+            add(rax, kUnitGroups * static_cast<int32_t>(kMBlock) * d_.group);
+            add(rcx, kUnitGroups * d_.group * 32);  // = grouped_b_offset(kUnitGroups, 0)
+            add(r14, kUnitGroups * kNPanel * 4);
+            dec(rbx);
+            jnz(loop, T_NEAR);
+        }
+        for (int g = 0; g < static_cast<int>(groups % kUnitGroups); ++g) grouped_group(i, j, g, g);
+        // C[16i + r][16j ..] = acc * a_scale (masked for a partial half), valid rows only.
+        mov(rbx, ptr[rsp + slot_a_scale_]);
+        mov(r14, ptr[rsp + slot_ldc_]);
+        mov(rax, reg_c_);
+        if (i == 1) {
+            mov(rcx, r14);
+            shl(rcx, 4);
+            add(rax, rcx);
+        }
+        for (int r = 0; r < rows_[i]; ++r) {
+            const Zmm t(16 + r % 8);
+            vmulps(t, acc_reg(r), ptr_b[rbx + (i * kTileRows + r) * 4]);
+            if (cols_[j] < kTileCols) {
+                vmovups(ptr[rax + j * kRowBytes] | col_mask(j), t);
+            } else {
+                vmovups(ptr[rax + j * kRowBytes], t);
+            }
+            if (r + 1 < rows_[i]) add(rax, r14);
+        }
+    }
+
+    void grouped_body() {
+        vector_used_ = true;
+        grouped_load_params();
+        mov(reg_64_, kRowBytes);
+        for (int j = 0; j < tiles_n_; ++j) {
+            if (cols_[j] == kTileCols) continue;
+            mov(eax, (1u << cols_[j]) - 1);
+            kmovw(col_mask(j), eax);
+        }
+        // (0,0) (0,1) (1,1) (1,0): consecutive sub-blocks share an operand.
+        const int order[4][2] = {{0, 0}, {0, 1}, {1, 1}, {1, 0}};
+        for (const auto &ij : order)
+            if (ij[0] < tiles_m_ && ij[1] < tiles_n_) grouped_sub_block(ij[0], ij[1]);
+    }
+
     // ---- epilogue ----
 
     void store_c() {
@@ -383,14 +538,14 @@ private:
             return;
         }
         vector_used_ = true;
-        if (!s4_) {
+        if (!accumulates()) {
             for (int i = 0; i < tiles_m_; ++i)
                 for (int j = 0; j < tiles_n_; ++j)
                     tile_store(tile_c(i, j), rsp, reg_128_, c_stack_ + i * kTileRows * kCStackStride + j * kRowBytes);
         }
         if (d_.kind == GemmKind::kS8F32)
             for (int j = 0; j < tiles_n_; ++j) vmovups(zmm_w_scale(j), ptr[reg_b_scale_ + j * kRowBytes]);
-        lea(rax, ptr[rsp + (s4_ ? acc_ : c_stack_)]);
+        lea(rax, ptr[rsp + (accumulates() ? acc_ : c_stack_)]);
         mov(edx, d_.m);
         Xbyak::Label row;
         L(row);
@@ -406,6 +561,8 @@ private:
                     vmulps(zmm0, zmm0, zmm_a_scale_);
                     break;
                 case GemmKind::kS4F32:
+                case GemmKind::kS8GroupF32:  // (group-wise kernels store their output in grouped_sub_block)
+                case GemmKind::kS8GroupMinF32:
                     vmovups(zmm0, src);
                     vmulps(zmm0, zmm0, zmm_a_scale_);
                     break;
@@ -434,9 +591,10 @@ private:
     GemmKernelDesc d_;
     int tiles_m_ = 0, tiles_n_ = 0;
     int rows_[2] = {}, cols_[2] = {};  // valid rows of A tile i, valid columns of B / C half j
-    bool s4_ = false;
+    bool s4_ = false, grouped_ = false, mins_ = false;
     int k_tail_bytes_ = 0;             // bytes of A row in the last, partial K step (INT4: 0 or 32)
     int32_t stage_a_ = 0, stage_b_ = 0, c_stack_ = 0, acc_ = 0, frame_bytes_ = 0;
+    int32_t slot_ldc_ = 0, slot_a_scale_ = 0;  // grouped: stack slots of values needed only for the output
     bool vector_used_ = false;
 };
 
@@ -444,8 +602,9 @@ private:
 
 std::string gemm_kernel_name(const GemmKernelDesc &d) {
     std::string name = std::string("amx_gemm_") + kind_name(d.kind);
-    if (d.kind == GemmKind::kS4F32) name += "_g" + std::to_string(d.group);
-    return name + "_m" + std::to_string(d.m) + "_n" + std::to_string(d.n) + "_k" + std::to_string(d.k);
+    if (d.kind == GemmKind::kS4F32 || is_grouped(d.kind)) name += "_g" + std::to_string(d.group);
+    name += "_m" + std::to_string(d.m) + "_n" + std::to_string(d.n) + "_k" + std::to_string(d.k);
+    return d.a_padded ? name + "_pa" : name;
 }
 
 Status generate_gemm_kernel(const GemmKernelDesc &desc, std::unique_ptr<jit::JitCode> *out) {

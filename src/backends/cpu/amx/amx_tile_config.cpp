@@ -18,6 +18,13 @@ TileConfig make_kt_palette() {
     return config;
 }
 
+TileConfig make_group_palette(int32_t group) {
+    TileConfig config = make_kt_palette();
+    for (int t = 0; t < 2; ++t) config.colsb[t] = static_cast<uint16_t>(group);
+    for (int t = 2; t < 4; ++t) config.rows[t] = static_cast<uint8_t>(group / 4);
+    return config;
+}
+
 class TileStubGenerator final : public jit::JitGenerator {
 public:
     explicit TileStubGenerator(TileStub which) : JitGenerator(stub_name(which)), which_(which) {}
@@ -49,6 +56,11 @@ private:
 const TileConfig &kt_palette() {
     static const TileConfig palette = make_kt_palette();
     return palette;
+}
+
+const TileConfig &group_palette(int32_t group) {
+    static const TileConfig g16 = make_group_palette(16), g32 = make_group_palette(32);
+    return group == 16 ? g16 : group == 32 ? g32 : kt_palette();
 }
 
 Status validate_tile_config(const TileConfig &c) {

@@ -1,8 +1,9 @@
 // The AMX tile configuration (the 64-byte LDTILECFG/STTILECFG image), kt's palette, and the three tiny generated
 // functions that load, store and release a thread's tile state.
 //
-// Palette 1 (SPR/EMR/GNR): 8 tiles of up to 16 rows x 64 bytes. kt uses one palette for every kernel (all eight
-// tiles 16 x 64, see amx_gemm.h "Blocking") so a thread configures its tiles once per session.
+// Palette 1 (SPR/EMR/GNR): 8 tiles of up to 16 rows x 64 bytes. The INT8 / INT4 / BF16 kernels share kt's palette
+// (all eight tiles 16 x 64, see amx_gemm.h "Blocking"); the group-wise kernels of the GGUF formats use one palette
+// per group size (A tiles one group wide). A TileSession loads a palette only when it differs from the loaded one.
 #pragma once
 
 #include <cstdint>
@@ -28,8 +29,12 @@ struct alignas(64) TileConfig {
 };
 static_assert(sizeof(TileConfig) == 64, "LDTILECFG reads exactly 64 bytes");
 
-// The palette every kt AMX kernel runs under: palette 1, tmm0..tmm7 all 16 rows x 64 bytes.
+// The palette of the INT8 / INT4 / BF16 kernels: palette 1, tmm0..tmm7 all 16 rows x 64 bytes.
 const TileConfig &kt_palette();
+// The palette of the group-wise kernels for groups of `group` (16 or 32) int8 along K: tmm0, tmm1 (A) 16 rows x
+// `group` bytes, tmm2, tmm3 (B) group / 4 rows x 64 bytes, tmm4..tmm7 (C) 16 x 64; every TMUL is then one group.
+// Any other group gives kt_palette().
+const TileConfig &group_palette(int32_t group);
 
 // The checks LDTILECFG makes (#GP(0) on failure): palette <= 1, reserved bytes 0, per tile colsb <= 64 and rows <= 16
 // and (rows == 0) == (colsb == 0), entries 8..15 zero. Palette 0 is valid (it releases the tiles).

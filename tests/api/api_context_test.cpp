@@ -22,7 +22,11 @@ struct Loaded {
     kt_model *model = nullptr;
     explicit Loaded(const TinyModel &spec) {
         const std::string path = dir.file("model.gguf");
-        kt::test::write_file(path, kt::test::write_tiny_model(spec));
+        std::vector<uint8_t> bytes;
+        const kt::Status written = kt::test::write_tiny_model(spec, &bytes);
+        INFO(written.message());
+        REQUIRE(written.is_ok());
+        kt::test::write_file(path, bytes);
         kt_error err = {sizeof(kt_error), 0, {0}};
         INFO(err.message);
         REQUIRE(kt_model_load(path.c_str(), nullptr, &model, &err) == KT_STATUS_OK);
@@ -190,6 +194,107 @@ TEST_CASE("context: model defects are reported with the tensor or key that is wr
     kt_model_free(quants);
 }
 
+namespace {
+
+// A copy of `bytes` with the FLOAT32 metadata value of `key` replaced (the file is otherwise untouched).
+std::vector<uint8_t> with_f32(std::vector<uint8_t> bytes, const std::string &key, float value) {
+    std::vector<uint8_t> needle(8);
+    const uint64_t n = key.size();
+    std::memcpy(needle.data(), &n, 8);
+    needle.insert(needle.end(), key.begin(), key.end());
+    const auto at = std::search(bytes.begin(), bytes.end(), needle.begin(), needle.end());
+    REQUIRE(at != bytes.end());
+    const size_t type_at = static_cast<size_t>(at - bytes.begin()) + needle.size();
+    uint32_t type = 0;
+    std::memcpy(&type, bytes.data() + type_at, 4);
+    REQUIRE(type == 6);  // FLOAT32
+    std::memcpy(bytes.data() + type_at + 4, &value, 4);
+    return bytes;
+}
+
+// The message of kt_context_create on `bytes`, which must fail with INVALID_FILE.
+std::string refused(const std::vector<uint8_t> &bytes) {
+    kt::test::TempDir dir;
+    const std::string path = dir.file("model.gguf");
+    kt::test::write_file(path, bytes);
+    kt_model *model = nullptr;
+    kt_error err = {sizeof(kt_error), 0, {0}};
+    REQUIRE(kt_model_load(path.c_str(), nullptr, &model, &err) == KT_STATUS_OK);  // loading reads no hyperparameters
+    kt_context_params p = params();
+    kt_context *ctx = nullptr;
+    CHECK(kt_context_create(model, &p, &ctx, &err) == KT_STATUS_INVALID_FILE);
+    CHECK(ctx == nullptr);
+    kt_context_free(ctx);
+    kt_model_free(model);
+    return err.message;
+}
+
+}  // namespace
+
+TEST_CASE("context: hyperparameters out of range are refused with the key and the value") {
+    // The golden deepseek2 file as llama.cpp's converter wrote it runs; one changed value does not.
+    const std::vector<uint8_t> deepseek = kt::test::read_file(kt::test::testdata_path("models/deepseek2.q8_0.gguf"));
+    {
+        kt::test::TempDir dir;
+        kt::test::write_file(dir.file("ok.gguf"), deepseek);
+        kt_model *model = nullptr;
+        REQUIRE(kt_model_load(dir.file("ok.gguf").c_str(), nullptr, &model, nullptr) == KT_STATUS_OK);
+        kt_context_params p = params();
+        kt_context *ctx = nullptr;
+        CHECK(kt_context_create(model, &p, &ctx, nullptr) == KT_STATUS_OK);
+        kt_context_free(ctx);
+        kt_model_free(model);
+    }
+    const struct {
+        const char *key;
+        float value;
+        const char *shown;
+    } cases[] = {
+        {"deepseek2.expert_weights_scale", 0.0f, "= 0 "},              // every routed expert silenced
+        {"deepseek2.expert_weights_scale", -2.5f, "= -2.5 "},
+        {"deepseek2.rope.scaling.factor", 0.0f, "= 0 "},               // YaRN as if unscaled
+        {"deepseek2.rope.scaling.factor", 1e6f, "= 1e+06 "},
+        {"deepseek2.rope.scaling.yarn_log_multiplier", -100.0f, "= -100 "},  // attention scale (1 - 100 ln 40)²
+        {"deepseek2.rope.scaling.yarn_log_multiplier", 50.0f, "= 50 "},
+        {"deepseek2.attention.layer_norm_rms_epsilon", 0.0f, "= 0 "},
+        {"deepseek2.rope.freq_base", 0.5f, "= 0.5 "},
+    };
+    for (const auto &c : cases) {
+        const std::string msg = refused(with_f32(deepseek, c.key, c.value));
+        INFO(c.key << " = " << c.value << ": " << msg);
+        CHECK(msg.find(std::string("'") + c.key + "'") != std::string::npos);
+        CHECK(msg.find(c.shown) != std::string::npos);
+    }
+    const std::string nan = refused(with_f32(deepseek, "deepseek2.expert_weights_scale", std::nanf("")));
+    CHECK(nan.find("deepseek2.expert_weights_scale' is not finite") != std::string::npos);
+
+    // The generic keys of every family, on a tiny qwen3moe (set after its tensors were chosen: the generator reads
+    // them too).
+    TinyModel zero_factor;
+    zero_factor.keys_after_table = {{"qwen3moe.rope.scaling.factor", kt::gguf::Value::f32(0.0f)}};
+    CHECK(create_error(zero_factor, KT_STATUS_INVALID_FILE).find("'qwen3moe.rope.scaling.factor' = 0 ") != std::string::npos);
+    TinyModel old_key;
+    old_key.keys_after_table = {{"qwen3moe.rope.scale_linear", kt::gguf::Value::f32(-4.0f)}};
+    CHECK(create_error(old_key, KT_STATUS_INVALID_FILE).find("'qwen3moe.rope.scale_linear' = -4 ") != std::string::npos);
+    TinyModel beta;
+    beta.keys_after_table = {{"qwen3moe.rope.scaling.type", kt::gguf::Value::str("yarn")},
+                 {"qwen3moe.rope.scaling.factor", kt::gguf::Value::f32(4.0f)},
+                 {"qwen3moe.rope.scaling.yarn_beta_fast", kt::gguf::Value::f32(0.0f)}};
+    CHECK(create_error(beta, KT_STATUS_INVALID_FILE).find("'qwen3moe.rope.scaling.yarn_beta_fast' = 0 ") != std::string::npos);
+    TinyModel wide;
+    wide.keys_after_table = {{"qwen3moe.attention.head_count", kt::gguf::Value::u32(1024)},
+                             {"qwen3moe.attention.head_count_kv", kt::gguf::Value::u32(1024)},
+                             {"qwen3moe.attention.key_length", kt::gguf::Value::u32(1024)}};
+    CHECK(create_error(wide, KT_STATUS_INVALID_FILE).find("attention width") != std::string::npos);
+    // Scaling "none" ignores the factor, as llama.cpp does.
+    TinyModel none;
+    none.keys = {{"qwen3moe.rope.scaling.type", kt::gguf::Value::str("none")},
+                 {"qwen3moe.rope.scaling.factor", kt::gguf::Value::f32(0.0f)}};
+    Loaded m(none);
+    kt_context_params p = params();
+    Ctx c(m.model, p);
+}
+
 TEST_CASE("context: bad calls get a status and leave the sequence as it was") {
     Loaded m(TinyModel{});
     Ctx c(m.model, params(16));
@@ -203,6 +308,12 @@ TEST_CASE("context: bad calls get a status and leave the sequence as it was") {
     CHECK(kt_context_decode(c.ctx, nullptr, 3, KT_LOGITS_ALL) == KT_STATUS_INVALID_ARGUMENT);
     CHECK(kt_context_decode(c.ctx, bad, 1, 7) == KT_STATUS_INVALID_ARGUMENT);
     CHECK(kt_context_decode(c.ctx, bad, 0, KT_LOGITS_ALL) == KT_STATUS_INVALID_ARGUMENT);
+    CHECK(kt_context_n_past(c.ctx) == 0);
+
+    // More than the whole context: "N tokens, the context holds M" (not "holds 0 of M").
+    const std::vector<int32_t> too_many(17, 1);
+    CHECK(kt_context_decode(c.ctx, too_many.data(), 17, KT_LOGITS_LAST) == KT_STATUS_CONTEXT_FULL);
+    CHECK(std::string(kt_context_last_error(c.ctx)).find("17 tokens do not fit: the context holds 16") != std::string::npos);
     CHECK(kt_context_n_past(c.ctx) == 0);
 
     int32_t token = -1;

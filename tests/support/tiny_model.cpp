@@ -1,17 +1,16 @@
 #include "support/tiny_model.h"
 
-#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <random>
 
 #include "mem/mapped_file.h"
 #include "model/model.h"
-#include "support/test_support.h"
 
 namespace kt::test {
 
-std::vector<uint8_t> write_tiny_model(const TinyModel &spec) {
+Status write_tiny_model(const TinyModel &spec, std::vector<uint8_t> *out) {
     const std::string a = spec.arch + ".";
     std::vector<std::pair<std::string, gguf::Value>> keys = {
         {"general.architecture", gguf::Value::str(spec.arch)},
@@ -47,13 +46,11 @@ std::vector<uint8_t> write_tiny_model(const TinyModel &spec) {
     gguf::Writer meta;
     for (const auto &[key, value] : keys) meta.add(key, value);
     std::vector<uint8_t> meta_bytes;
-    REQUIRE(meta.write_buffer(&meta_bytes).is_ok());
+    KT_TRY(meta.write_buffer(&meta_bytes));
     std::unique_ptr<gguf::File> meta_file;
-    REQUIRE(gguf::File::parse(mem::MappedFile::borrow(meta_bytes.data(), meta_bytes.size()), "tiny", &meta_file).is_ok());
+    KT_TRY(gguf::File::parse(mem::MappedFile::borrow(meta_bytes.data(), meta_bytes.size()), "tiny", &meta_file));
     std::vector<model::TensorSpec> specs;
-    const Status listed = model::list_tensors(*meta_file, &specs);
-    INFO(listed.message());
-    REQUIRE(listed.is_ok());
+    KT_TRY(model::list_tensors(*meta_file, &specs));
 
     gguf::Writer w;
     set_keys(spec.keys_after_table);
@@ -62,8 +59,10 @@ std::vector<uint8_t> write_tiny_model(const TinyModel &spec) {
     auto add = [&](const std::string &name, const std::vector<int64_t> &ne, float mean, float sigma) {
         size_t n = 1;
         for (int64_t d : ne) n *= static_cast<size_t>(d);
-        std::vector<float> v = random_normal(n, ++seed, sigma);
-        for (float &x : v) x += mean;
+        std::mt19937_64 rng(++seed);  // one stream per tensor, as test::random_normal draws them
+        std::normal_distribution<float> normal(0.0f, sigma);
+        std::vector<float> v(n);
+        for (float &x : v) x = normal(rng) + mean;
         std::vector<uint8_t> bytes(n * sizeof(float));
         std::memcpy(bytes.data(), v.data(), bytes.size());
         w.add_tensor_bytes(name, KT_TYPE_F32, ne, std::move(bytes));
@@ -82,11 +81,7 @@ std::vector<uint8_t> write_tiny_model(const TinyModel &spec) {
         }
     }
     for (const auto &[name, ne] : spec.extra_tensors) add(name, ne, 0.0f, 1.0f);
-    std::vector<uint8_t> bytes;
-    const Status written = w.write_buffer(&bytes);
-    INFO(written.message());
-    REQUIRE(written.is_ok());
-    return bytes;
+    return w.write_buffer(out);
 }
 
 }  // namespace kt::test

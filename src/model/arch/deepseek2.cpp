@@ -55,7 +55,8 @@ Status read_hparams(const gguf::File &file, HParams *hp) {
                      r.key("expert_count").c_str());
         KT_TRY(r.get_int("expert_feed_forward_length", 1, kMaxFeedForward, &hp->n_ff_exp));
         KT_TRY(r.get_int("expert_shared_count", 0, kMaxExperts, &hp->n_expert_shared));
-        KT_TRY(r.get_float("expert_weights_scale", &hp->expert_weights_scale));
+        // routed_scaling_factor: V2 16, V3 2.5, the lite models 1. Zero silences every routed expert.
+        KT_TRY(r.get_float("expert_weights_scale", 1.0f / 1024, 1024.0f, &hp->expert_weights_scale));
         KT_TRY(r.get_bool_or("expert_weights_norm", false, &hp->expert_weights_norm));
         int64_t gating = 0;
         KT_TRY(r.get_int_or("expert_gating_func", 0, 0, 3, &gating));  // 0 / absent and 1: softmax, 2: sigmoid
@@ -70,6 +71,10 @@ Status read_hparams(const gguf::File &file, HParams *hp) {
     }
     const float mscale = 1.0f + hp->yarn_log_multiplier * std::log(1.0f / hp->rope.freq_scale);
     hp->kq_scale = mscale * mscale / std::sqrt(static_cast<float>(hp->head_dim_k_mla));
+    KT_RETURN_IF(!(mscale > 0.0f) || !std::isfinite(hp->kq_scale), KT_STATUS_INVALID_FILE,
+                 "deepseek2: '%s' = %g with RoPE scaling factor %g gives the attention scale %g",
+                 r.key("rope.scaling.yarn_log_multiplier").c_str(), static_cast<double>(hp->yarn_log_multiplier),
+                 static_cast<double>(1.0f / hp->rope.freq_scale), static_cast<double>(hp->kq_scale));
     return Status::ok();
 }
 

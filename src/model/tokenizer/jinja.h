@@ -60,8 +60,8 @@ class Dict {
 public:
     using Item = std::pair<std::string, Value>;
     const std::vector<Item> &items() const { return items_; }
-    size_t size() const { return items_.size(); }
-    bool empty() const { return items_.empty(); }
+    size_t size() const;  // defined after Value: clang needs the complete type here
+    bool empty() const;
     const Value *find(std::string_view key) const;
     void set(std::string key, Value v);
 
@@ -133,6 +133,9 @@ private:
     std::shared_ptr<const List> list_;
     std::shared_ptr<Dict> dict_;
 };
+
+inline size_t Dict::size() const { return items_.size(); }
+inline bool Dict::empty() const { return items_.empty(); }
 
 // What one render used, to compare with the limits.
 struct RenderStats {

@@ -902,10 +902,11 @@ KT_API void kt_chat_params_init(kt_chat_params *params);
 
 /* Renders messages[0, n_messages) into the prompt text the model expects. The template runs in kt's interpreter
  * for the Jinja subset chat templates use (as Hugging Face's apply_chat_template would render it); kt never
- * guesses: a template using Jinja that kt does not implement gives KT_STATUS_UNSUPPORTED (the message names the
- * construct and line), no template at all (none in the model, none named or given) KT_STATUS_NOT_FOUND, and a
- * conversation the template rejects (its raise_exception, e.g. roles that must alternate) or malformed
- * extra_context_json KT_STATUS_INVALID_ARGUMENT. Variables: messages, add_generation_prompt, bos_token,
+ * guesses: a template using Jinja that kt does not implement, or one that exceeds kt's limits on nesting, work,
+ * value sizes or integer range (templates are untrusted programs; the families kt runs stay far inside), gives
+ * KT_STATUS_UNSUPPORTED (the message names the construct and line), no template at all (none in the model, none
+ * named or given) KT_STATUS_NOT_FOUND, and a conversation the template rejects (its raise_exception, e.g. roles
+ * that must alternate) or malformed extra_context_json KT_STATUS_INVALID_ARGUMENT. Variables: messages, add_generation_prompt, bos_token,
  * eos_token, plus extra_context_json's (which may not redefine those four).
  * When the vocabulary adds BOS itself, a BOS at the start of the text is removed, so tokenize the result with
  * add_special = 1 and parse_special = 1 to get the model's prompt. Writes *out_length bytes plus a NUL

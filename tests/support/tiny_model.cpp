@@ -1,5 +1,6 @@
 #include "support/tiny_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -51,6 +52,16 @@ Status write_tiny_model(const TinyModel &spec, std::vector<uint8_t> *out) {
     KT_TRY(gguf::File::parse(mem::MappedFile::borrow(meta_bytes.data(), meta_bytes.size()), "tiny", &meta_file));
     std::vector<model::TensorSpec> specs;
     KT_TRY(model::list_tensors(*meta_file, &specs));
+    if (spec.max_elements > 0) {
+        uint64_t total = 0;
+        for (const model::TensorSpec &t : specs) {
+            uint64_t n = 1;
+            for (int64_t d : t.ne) n = d > 0 && n <= spec.max_elements ? n * static_cast<uint64_t>(d) : spec.max_elements + 1;
+            total += std::min<uint64_t>(n, spec.max_elements + 1);
+        }
+        KT_RETURN_IF(total > spec.max_elements, KT_STATUS_INVALID_ARGUMENT, "tiny model: %llu elements, more than %llu",
+                     static_cast<unsigned long long>(total), static_cast<unsigned long long>(spec.max_elements));
+    }
 
     gguf::Writer w;
     set_keys(spec.keys_after_table);

@@ -22,6 +22,7 @@ struct TinyModel {
     // Metadata replaced after the tensors were chosen (a file whose keys contradict its tensors).
     std::vector<std::pair<std::string, gguf::Value>> keys_after_table;
     std::vector<std::pair<std::string, std::vector<int64_t>>> extra_tensors;  // f32 tensors the table does not list
+    uint64_t max_elements = 0;  // > 0: refuse (INVALID_ARGUMENT) a table of more elements than this, before writing
 };
 
 // The GGUF bytes (all tensors F32, normal random values from `seed`), or the status of the architecture's table or

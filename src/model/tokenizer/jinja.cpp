@@ -1330,11 +1330,7 @@ private:
             case Value::Kind::kBool: return out.append(v.as_bool() ? "true" : "false");
             case Value::Kind::kInt: return out.append(std::to_string(v.as_int()));
             case Value::Kind::kFloat: return out.append(float_repr(v.as_float()));
-            case Value::Kind::kString: {
-                std::string quoted;
-                json::append_quoted(&quoted, v.as_string());
-                return out.append(quoted);
-            }
+            case Value::Kind::kString: return json_string_into(v.as_string(), out);
             case Value::Kind::kFunction: error(pos, "tojson: a function cannot be serialised");
             case Value::Kind::kList: {
                 if (v.items().empty()) return out.append("[]");
@@ -1357,9 +1353,7 @@ private:
                     if (!first) out.append(indent ? "," : ", ");
                     first = false;
                     if (indent) newline(level + 1);
-                    std::string key;
-                    json::append_quoted(&key, k);
-                    out.append(key);
+                    json_string_into(k, out);
                     out.append(": ");
                     json_into(x, indent, level + 1, out, pos);
                 }
@@ -1367,6 +1361,20 @@ private:
                 return out.append("}");
             }
         }
+    }
+
+    // A JSON string literal, escaped a chunk at a time: escapes can make it six times its input, and the bound
+    // applies to what is built, not to an intermediate copy.
+    static void json_string_into(std::string_view s, Text &out) {
+        constexpr size_t kChunk = 4096;
+        out.append("\"");
+        std::string escaped;
+        for (size_t at = 0; at < s.size(); at += kChunk) {
+            escaped.clear();
+            json::append_escaped(&escaped, s.substr(at, kChunk));
+            out.append(escaped);
+        }
+        out.append("\"");
     }
 
     // Python's ==, paid for element by element (two lists of a million items each cost a million comparisons).

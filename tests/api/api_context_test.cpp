@@ -7,9 +7,11 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kt.h"
+#include "support/greedy.h"
 #include "support/test_support.h"
 #include "support/tiny_model.h"
 
@@ -475,6 +477,53 @@ TEST_CASE("context: generation stops at max tokens, stop tokens, the callback an
     // Nothing to continue from.
     kt_context_reset(small.ctx);
     CHECK(kt_context_generate(small.ctx, nullptr, 0, &gp, nullptr, 0, &n, &reason) == KT_STATUS_MISUSE);
+}
+
+// Several contexts of one model, each used by its own thread at once (kt.h: a model may be shared by contexts),
+// with the production kernels, whose MoE layers run on the expert pools' shared executor: each context computes
+// what it computes alone. The threads only record; this thread asserts (Catch2's assertions are not thread-safe).
+// The tsan workflow runs this under ThreadSanitizer.
+TEST_CASE("context: contexts of one model decode at once on their own threads, as each would alone") {
+    Loaded m(arch("qwen3moe", true));
+    kt_context_params p = params();
+    p.kernels = KT_KERNELS_AUTO;
+    std::vector<float> alone;
+    {
+        Ctx c(m.model, p);
+        alone = c.decode(kPrompt, KT_LOGITS_ALL);
+    }
+    constexpr int kThreads = 3;
+    struct Result {
+        kt_status created = -1, decoded = -1, generated = -1;
+        std::vector<float> logits;
+        std::vector<int32_t> tokens = std::vector<int32_t>(4, -1);
+    };
+    std::vector<Result> results(kThreads);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+        threads.emplace_back([&, t] {
+            Result &r = results[static_cast<size_t>(t)];
+            kt_context *ctx = nullptr;
+            r.created = kt_context_create(m.model, &p, &ctx, nullptr);
+            if (r.created != KT_STATUS_OK) return;
+            r.decoded = kt_context_decode(ctx, kPrompt.data(), static_cast<int64_t>(kPrompt.size()), KT_LOGITS_ALL);
+            const float *l = nullptr;
+            int64_t rows = 0;
+            if (r.decoded == KT_STATUS_OK && kt_context_logits(ctx, 0, &l, &rows) == KT_STATUS_OK)
+                r.logits.assign(l, l + rows * kt_context_n_vocab(ctx));
+            r.generated = kt::test::generate_greedy(ctx, r.tokens.data(), 4, nullptr);
+            kt_context_free(ctx);
+        });
+    }
+    for (auto &th : threads) th.join();
+    for (const Result &r : results) {
+        CHECK(r.created == KT_STATUS_OK);
+        CHECK(r.decoded == KT_STATUS_OK);
+        CHECK(r.generated == KT_STATUS_OK);
+        REQUIRE(r.logits.size() == alone.size());
+        CHECK(max_rel(r.logits, alone) < 1e-6);
+        CHECK(r.tokens == results[0].tokens);
+    }
 }
 
 TEST_CASE("context: sampling with a seed is reproducible and the seed matters") {

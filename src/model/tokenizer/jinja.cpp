@@ -33,6 +33,9 @@ struct JinjaError {
 // Dicts search their keys linearly up to this size (messages have two to five keys), then hash them.
 constexpr size_t kIndexFrom = 16;
 
+// A loop iteration builds a scope and the nine-entry loop variable: measured, about four expressions' time.
+constexpr uint64_t kIterationSteps = 4;
+
 }  // namespace
 
 // ------------------------------------------------------------------------------------------------------------
@@ -187,7 +190,17 @@ size_t char_length(std::string_view s, size_t i) {
 
 size_t count_chars(std::string_view s) {
     size_t n = 0;
-    for (size_t i = 0; i < s.size(); i += char_length(s, i)) ++n;
+    for (size_t i = 0; i < s.size();) {
+        // ASCII eight bytes at a time: the work budget prices bytes, so the common case should cost little.
+        uint64_t word;
+        while (i + 8 <= s.size() && (std::memcpy(&word, s.data() + i, 8), (word & 0x8080808080808080ull) == 0)) {
+            i += 8;
+            n += 8;
+        }
+        if (i >= s.size()) break;
+        i += char_length(s, i);
+        ++n;
+    }
     return n;
 }
 
@@ -1131,8 +1144,8 @@ private:
         if (work_done() > kMaxSteps)
             error(pos, "the template runs too long (more than " + std::to_string(kMaxSteps) + " steps)");
     }
-    void step(size_t pos) {
-        ++steps_;
+    void step(size_t pos, uint64_t steps = 1) {
+        steps_ += steps;
         check_work(pos);
     }
     void work(uint64_t bytes, size_t pos) {
@@ -1535,7 +1548,7 @@ private:
         }
         const int64_t len = static_cast<int64_t>(items.size());
         for (int64_t i = 0; i < len; ++i) {
-            step(n.pos);
+            step(n.pos, kIterationSteps);
             scopes_.emplace_back();
             bind_targets(n, items[static_cast<size_t>(i)]);
             Dict loop;

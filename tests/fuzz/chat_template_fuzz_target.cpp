@@ -12,7 +12,7 @@
 namespace {
 
 const kt_model *vocabulary() {
-    static kt_model *model = kt::fuzz::load_or_die(kt::fuzz::testdata("tokenizer/qwen3.gguf"));
+    static kt_model *model = kt::fuzz::load_vocabulary_or_die(kt::fuzz::testdata("tokenizer/qwen3.gguf"));
     return model;
 }
 

@@ -27,7 +27,7 @@ constexpr int kCount = sizeof kVocabularies / sizeof kVocabularies[0];
 
 const kt_model *vocabulary(int i) {
     static kt_model *models[kCount] = {};
-    if (!models[i]) models[i] = kt::fuzz::load_or_die(kt::fuzz::testdata(kVocabularies[i].file));
+    if (!models[i]) models[i] = kt::fuzz::load_vocabulary_or_die(kt::fuzz::testdata(kVocabularies[i].file));
     return models[i];
 }
 

@@ -2,7 +2,7 @@
 # that installs it, instead of a cryptic error ten lines later.
 
 set(KT_APT_PACKAGES_ALL
-  "cmake g++ pkg-config libhwloc-dev libxbyak-dev libzydis-dev catch2 libbenchmark-dev python3 unicode-data cargo golang-go python3-numpy libcpp-httplib-dev nlohmann-json3-dev"
+  "cmake g++ pkg-config libhwloc-dev libxbyak-dev libzydis-dev catch2 libbenchmark-dev python3 unicode-data cargo golang-go python3-numpy libcpp-httplib-dev nlohmann-json3-dev clang libclang-rt-dev"
   CACHE INTERNAL "Everything a full kt build needs from Debian")
 
 function(kt_missing_dependency what package)

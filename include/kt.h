@@ -225,6 +225,14 @@ KT_API uint32_t kt_model_gguf_version(const kt_model *model);
 /* general.architecture, e.g. "qwen3moe". Pointer valid until kt_model_free; "" when the key is absent. */
 KT_API const char *kt_model_architecture(const kt_model *model);
 
+/* What other GGUF readers refuse in this file although kt reads it: llama.cpp's ggml refuses a metadata key that
+ * is not valid UTF-8, a tensor name of 64 bytes or more, and tensor data that is not laid out in tensor-info
+ * order without gaps. The number of such findings (0 for NULL), and each as one line of text naming the key
+ * (invalid bytes written \xNN) or the tensor; NULL for an index out of range. Pointers valid until kt_model_free.
+ * kt's GGUF writer never produces them. */
+KT_API int64_t kt_model_interop_warning_count(const kt_model *model);
+KT_API const char *kt_model_interop_warning(const kt_model *model, int64_t index);
+
 /* Number of metadata keys, and the key at an index in file order (pointer valid until kt_model_free). */
 KT_API int64_t kt_model_meta_count(const kt_model *model);
 KT_API kt_status kt_model_meta_key(const kt_model *model, int64_t index, const char **out_key);
@@ -345,8 +353,9 @@ KT_API kt_status kt_dequantize(int32_t type, const void *src, uint64_t src_bytes
  *
  * Every setter checks its entry at once: on failure nothing is added, the status is returned and
  * kt_gguf_writer_last_error names the key or tensor. Statuses common to all setters: KT_STATUS_INVALID_ARGUMENT
- * for a NULL writer or key, a key that is empty, longer than 65535 bytes or already set, a value out of range for
- * its type, a type id that is not a GGUF value type the setter takes; KT_STATUS_OUT_OF_MEMORY. */
+ * for a NULL writer or key, a key that is empty, longer than 65535 bytes, not valid UTF-8 or already set, a value
+ * out of range for its type, a type id that is not a GGUF value type the setter takes; KT_STATUS_OUT_OF_MEMORY.
+ * The writer never writes what other readers refuse (see kt_model_interop_warning). */
 
 typedef struct kt_gguf_writer kt_gguf_writer;
 
@@ -389,7 +398,8 @@ KT_API kt_status kt_gguf_writer_set_array_string(kt_gguf_writer *writer, const c
 
 /* Adds a tensor of `type` (KT_TYPE_*) and shape ne[0 .. n_dims-1] (GGML order: ne[0] is the row length, and must
  * be a multiple of kt_type_block_size(type)), copying its n_bytes bytes from data; n_bytes must be exactly the
- * tensor's size (kt_quantize's out_bytes for its rows). Names are 1..64 bytes and unique. Statuses:
+ * tensor's size (kt_quantize's out_bytes for its rows). Names are 1..63 bytes of valid UTF-8 (ggml's limit; the
+ * spec allows 64) and unique. Statuses:
  * KT_STATUS_INVALID_ARGUMENT (a bad name, an unknown type, n_dims outside 1..4, a dimension <= 0, a row length
  * that is not a multiple of the block size, a wrong n_bytes, a duplicate name). */
 KT_API kt_status kt_gguf_writer_add_tensor(kt_gguf_writer *writer, const char *name, int32_t type, int32_t n_dims,
@@ -1136,10 +1146,11 @@ KT_API void kt_chat_params_init(kt_chat_params *params);
 
 /* Renders messages[0, n_messages) into the prompt text the model expects. The template runs in kt's interpreter
  * for the Jinja subset chat templates use (as Hugging Face's apply_chat_template would render it); kt never
- * guesses: a template using Jinja that kt does not implement gives KT_STATUS_UNSUPPORTED (the message names the
- * construct and line), no template at all (none in the model, none named or given) KT_STATUS_NOT_FOUND, and a
- * conversation the template rejects (its raise_exception, e.g. roles that must alternate) or malformed
- * extra_context_json KT_STATUS_INVALID_ARGUMENT. Variables: messages, add_generation_prompt, bos_token,
+ * guesses: a template using Jinja that kt does not implement, or one that exceeds kt's limits on nesting, work,
+ * value sizes or integer range (templates are untrusted programs; the families kt runs stay far inside), gives
+ * KT_STATUS_UNSUPPORTED (the message names the construct and line), no template at all (none in the model, none
+ * named or given) KT_STATUS_NOT_FOUND, and a conversation the template rejects (its raise_exception, e.g. roles
+ * that must alternate) or malformed extra_context_json KT_STATUS_INVALID_ARGUMENT. Variables: messages, add_generation_prompt, bos_token,
  * eos_token, plus extra_context_json's (which may not redefine those four).
  * When the vocabulary adds BOS itself, a BOS at the start of the text is removed, so tokenize the result with
  * add_special = 1 and parse_special = 1 to get the model's prompt. Writes *out_length bytes plus a NUL

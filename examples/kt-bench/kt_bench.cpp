@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "common/cli.h"
+#include "common/json_text.h"
 #include "kt.h"
 
 namespace {
@@ -483,21 +484,6 @@ void print_markdown(const std::vector<Result> &results) {
                     r.pct(r.perf.dense_ffn_seconds), r.pct(r.perf.head_seconds), r.pct(r.perf.other_seconds));
 }
 
-std::string json_escape(const std::string &s) {
-    std::string out;
-    for (char c : s) {
-        if (c == '"' || c == '\\') out += '\\';
-        if (static_cast<unsigned char>(c) < 0x20) {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\u%04x", c);
-            out += buf;
-        } else {
-            out += c;
-        }
-    }
-    return out;
-}
-
 struct Field {
     std::string name, text;
     bool is_string;
@@ -583,7 +569,7 @@ void print_json(const std::vector<Result> &results) {
         bool first = true;
         for (const auto &[name, text, is_string] : fields(results[i])) {
             std::printf("%s\"%s\": %s%s%s", first ? "" : ", ", name.c_str(), is_string ? "\"" : "",
-                        is_string ? json_escape(text).c_str() : text.c_str(), is_string ? "\"" : "");
+                        is_string ? kt_cli::json_escape(text).c_str() : text.c_str(), is_string ? "\"" : "");
             first = false;
         }
         std::printf("}%s\n", i + 1 < results.size() ? "," : "");

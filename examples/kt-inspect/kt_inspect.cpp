@@ -11,9 +11,11 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <string_view>
 #include <string>
 #include <vector>
 
+#include "common/json_text.h"
 #include "kt.h"
 
 namespace {
@@ -32,28 +34,7 @@ const char *meta_type_name(int32_t t) {
     return t >= 0 && t < 13 ? names[t] : "?";
 }
 
-std::string json_escape(const char *s, uint64_t n) {
-    std::string out;
-    for (uint64_t i = 0; i < n; ++i) {
-        const unsigned char c = static_cast<unsigned char>(s[i]);
-        switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\n': out += "\\n"; break;
-            case '\r': out += "\\r"; break;
-            case '\t': out += "\\t"; break;
-            default:
-                if (c < 0x20) {
-                    char buf[8];
-                    std::snprintf(buf, sizeof buf, "\\u%04x", c);
-                    out += buf;
-                } else {
-                    out += static_cast<char>(c);
-                }
-        }
-    }
-    return out;
-}
+std::string json_escape(const char *s, uint64_t n) { return kt_cli::json_escape(std::string_view(s, n)); }
 
 // Text for terminals: control characters escaped, long strings cut.
 std::string printable(const char *s, uint64_t n, uint64_t max = 60) {
@@ -134,6 +115,7 @@ struct TypeTotal {
 
 int inspect(const kt_model *m, const char *path, bool json) {
     const int64_t n_meta = kt_model_meta_count(m), n_tensors = kt_model_tensor_count(m);
+    const int64_t n_warnings = kt_model_interop_warning_count(m);
     std::map<std::string, TypeTotal> totals;
     std::vector<kt_tensor_info> infos(static_cast<size_t>(n_tensors));
     uint64_t total_bytes = 0, total_elements = 0;
@@ -173,7 +155,13 @@ int inspect(const kt_model *m, const char *path, bool json) {
                         first ? "" : ",", name.c_str(), tt.tensors, tt.elements, tt.bytes);
             first = false;
         }
-        std::printf("\n  },\n  \"tensor_bytes\": %" PRIu64 ",\n  \"parameters\": %" PRIu64 "\n}\n", total_bytes, total_elements);
+        std::printf("\n  },\n  \"tensor_bytes\": %" PRIu64 ",\n  \"parameters\": %" PRIu64 ",\n  \"warnings\": [", total_bytes,
+                    total_elements);
+        for (int64_t i = 0; i < n_warnings; ++i) {
+            const char *w = kt_model_interop_warning(m, i);
+            std::printf("%s\n    \"%s\"", i ? "," : "", json_escape(w, std::strlen(w)).c_str());
+        }
+        std::printf("%s]\n}\n", n_warnings ? "\n  " : "");
         return 0;
     }
 
@@ -182,13 +170,22 @@ int inspect(const kt_model *m, const char *path, bool json) {
     std::printf("architecture: %s\n", *kt_model_architecture(m) ? kt_model_architecture(m) : "(none)");
     std::printf("metadata:     %" PRId64 " keys\ntensors:      %" PRId64 " (%" PRIu64 " parameters, %.2f MiB)\n\n", n_meta,
                 n_tensors, total_elements, static_cast<double>(total_bytes) / (1 << 20));
+    if (n_warnings > 0) {
+        // Not errors for kt, but other GGUF readers (llama.cpp) will not load this file.
+        std::printf("-- warnings: other GGUF readers refuse this file --\n");
+        for (int64_t i = 0; i < n_warnings; ++i) std::printf("  %s\n", kt_model_interop_warning(m, i));
+        std::printf("\n");
+        std::fprintf(stderr, "kt-inspect: %s: %" PRId64 " warning%s: other GGUF readers refuse this file\n", path,
+                     n_warnings, n_warnings == 1 ? "" : "s");
+    }
     std::printf("-- metadata --\n");
     for (int64_t i = 0; i < n_meta; ++i) {
         const char *key = nullptr;
         int32_t type = -1;
         kt_model_meta_key(m, i, &key);
         kt_model_meta_type(m, key, &type, nullptr);
-        std::printf("  %-44s %-4s %s\n", key, meta_type_name(type), value_text(m, key, false).c_str());
+        std::printf("  %-44s %-4s %s\n", printable(key, std::strlen(key), 200).c_str(), meta_type_name(type),
+                    value_text(m, key, false).c_str());
     }
     if (n_tensors > 0) {
         std::printf("\n-- tensors --\n  %-5s %-40s %-7s %-24s %14s %14s\n", "#", "name", "type", "shape", "offset", "bytes");

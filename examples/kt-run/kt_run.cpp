@@ -169,10 +169,15 @@ int main(int argc, char **argv) {
     const int64_t n_vocab = kt_context_n_vocab(ctx);
 
     // The prompt: with --logits every position's row is kept and written out.
-    if (kt_context_decode(ctx, prompt.data(), static_cast<int64_t>(prompt.size()),
-                          logits_path.empty() ? KT_LOGITS_LAST : KT_LOGITS_ALL) != KT_STATUS_OK) {
+    if (static_cast<int64_t>(prompt.size()) > kt_context_n_ctx(ctx)) {
+        const std::string why = std::to_string(prompt.size()) + " tokens, the context holds " +
+                                std::to_string(kt_context_n_ctx(ctx)) + " (-c sets its size)";
+        status = fail("prompt", why.c_str());
+    } else if (kt_context_decode(ctx, prompt.data(), static_cast<int64_t>(prompt.size()),
+                                 logits_path.empty() ? KT_LOGITS_LAST : KT_LOGITS_ALL) != KT_STATUS_OK) {
         status = fail("prefill", kt_context_last_error(ctx));
     }
+    const bool prefilled = status == 0;
     if (status == 0 && !logits_path.empty()) {
         FILE *out = std::fopen(logits_path.c_str(), "wb");
         if (!out) {
@@ -206,6 +211,7 @@ int main(int argc, char **argv) {
     if (detokenizer) printer.text = &text;
     int64_t generated = 0;
     int32_t reason = KT_STOP_MAX_TOKENS;
+    bool generation_ran = false;
     if (status == 0 && n_predict > 0) {
         if (printer.text && !prompt_text.empty()) std::fputs(prompt_text.c_str(), stdout);  // echo, as text
         kt_generate_params gp;
@@ -218,22 +224,26 @@ int main(int argc, char **argv) {
         gp.user_data = &printer;
         if (kt_context_generate(ctx, nullptr, 0, &gp, nullptr, 0, &generated, &reason) != KT_STATUS_OK)
             status = fail("generate", kt_context_last_error(ctx));
+        else
+            generation_ran = true;
         if (printer.text) printer.text->push(-1);  // an incomplete character left at the end
         std::printf("\n");
         std::fflush(stdout);
     }
 
+    // Statistics for the work that ran, and only that: a prompt that did not fit printed none.
     kt_perf perf;
     perf.struct_size = sizeof perf;
-    if (kt_context_perf(ctx, &perf) == KT_STATUS_OK) {
+    if (prefilled && kt_context_perf(ctx, &perf) == KT_STATUS_OK) {
         static const char *reasons[] = {"max tokens", "stop token", "callback", "context full"};
         const double prompt_seconds = after_prompt.prefill_seconds + after_prompt.decode_seconds;
         const double gen_seconds = perf.prefill_seconds + perf.decode_seconds - prompt_seconds;
         std::fprintf(stderr, "prompt: %zu tokens in %.3f s (%.2f tokens/s)\n", prompt.size(), prompt_seconds,
                      prompt_seconds > 0 ? static_cast<double>(prompt.size()) / prompt_seconds : 0.0);
-        std::fprintf(stderr, "generated: %" PRId64 " tokens in %.3f s (%.2f tokens/s), stopped by %s\n", generated,
-                     gen_seconds, gen_seconds > 0 ? static_cast<double>(generated) / gen_seconds : 0.0,
-                     reasons[reason >= 0 && reason < 4 ? reason : 0]);
+        if (generation_ran)
+            std::fprintf(stderr, "generated: %" PRId64 " tokens in %.3f s (%.2f tokens/s), stopped by %s\n", generated,
+                         gen_seconds, gen_seconds > 0 ? static_cast<double>(generated) / gen_seconds : 0.0,
+                         reasons[reason >= 0 && reason < 4 ? reason : 0]);
         const double total = perf.attention_seconds + perf.experts_seconds + perf.dense_ffn_seconds +
                              perf.head_seconds + perf.other_seconds;
         if (total > 0)

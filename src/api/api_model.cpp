@@ -123,6 +123,15 @@ KT_API const char *kt_model_last_error(const kt_model *model) {
 
 KT_API uint32_t kt_model_gguf_version(const kt_model *model) { return model ? file_of(model).version() : 0; }
 
+KT_API int64_t kt_model_interop_warning_count(const kt_model *model) {
+    return model ? static_cast<int64_t>(file_of(model).interop_warnings().size()) : 0;
+}
+
+KT_API const char *kt_model_interop_warning(const kt_model *model, int64_t index) {
+    if (!model || index < 0 || index >= kt_model_interop_warning_count(model)) return nullptr;
+    return file_of(model).interop_warnings()[static_cast<size_t>(index)].c_str();
+}
+
 KT_API const char *kt_model_architecture(const kt_model *model) {
     if (!model) return "";
     std::string_view arch;

@@ -270,6 +270,11 @@ Status parse(std::string_view text, Value *out) {
 
 void append_quoted(std::string *out, std::string_view s) {
     out->push_back('"');
+    append_escaped(out, s);
+    out->push_back('"');
+}
+
+void append_escaped(std::string *out, std::string_view s) {
     for (char c : s) {
         switch (c) {
             case '"': *out += "\\\""; break;
@@ -284,7 +289,6 @@ void append_quoted(std::string *out, std::string_view s) {
                 else out->push_back(c);
         }
     }
-    out->push_back('"');
 }
 
 }  // namespace kt::json

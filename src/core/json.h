@@ -58,5 +58,8 @@ Status parse(std::string_view text, Value *out);
 // Appends `s` as a JSON string literal: ", \, control characters escaped; other characters (non-ASCII included)
 // written as they are, like Python's json.dumps(ensure_ascii=False).
 void append_quoted(std::string *out, std::string_view s);
+// The same without the quotes: the inside of a string literal (escaping is per byte, so `s` may be one chunk of a
+// longer string).
+void append_escaped(std::string *out, std::string_view s);
 
 }  // namespace kt::json

@@ -40,9 +40,13 @@ Status Context::check_tokens(const int32_t *tokens, int64_t n) const {
 Status Context::decode(const int32_t *tokens, int64_t n_tokens, Logits logits) {
     KT_RETURN_IF(n_tokens < 1, KT_STATUS_INVALID_ARGUMENT, "decode: no tokens");
     KT_TRY(check_tokens(tokens, n_tokens));
-    KT_RETURN_IF(n_tokens > n_ctx() - n_past_, KT_STATUS_CONTEXT_FULL,
-                 "decode: %lld tokens do not fit: the context holds %lld of %lld positions",
-                 static_cast<long long>(n_tokens), static_cast<long long>(n_past_), static_cast<long long>(n_ctx()));
+    if (n_tokens > n_ctx() - n_past_) {
+        KT_RETURN_IF(n_past_ == 0, KT_STATUS_CONTEXT_FULL, "decode: %lld tokens do not fit: the context holds %lld",
+                     static_cast<long long>(n_tokens), static_cast<long long>(n_ctx()));
+        return Status::error(KT_STATUS_CONTEXT_FULL, "decode: %lld tokens do not fit: %lld of %lld positions are in use",
+                             static_cast<long long>(n_tokens), static_cast<long long>(n_past_),
+                             static_cast<long long>(n_ctx()));
+    }
 
     const int64_t V = n_vocab();
     const int64_t rows = logits == Logits::kAll ? n_tokens : logits == Logits::kLast ? 1 : 0;

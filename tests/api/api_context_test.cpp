@@ -7,9 +7,11 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kt.h"
+#include "support/greedy.h"
 #include "support/test_support.h"
 #include "support/tiny_model.h"
 
@@ -22,7 +24,11 @@ struct Loaded {
     kt_model *model = nullptr;
     explicit Loaded(const TinyModel &spec) {
         const std::string path = dir.file("model.gguf");
-        kt::test::write_file(path, kt::test::write_tiny_model(spec));
+        std::vector<uint8_t> bytes;
+        const kt::Status written = kt::test::write_tiny_model(spec, &bytes);
+        INFO(written.message());
+        REQUIRE(written.is_ok());
+        kt::test::write_file(path, bytes);
         kt_error err = {sizeof(kt_error), 0, {0}};
         INFO(err.message);
         REQUIRE(kt_model_load(path.c_str(), nullptr, &model, &err) == KT_STATUS_OK);
@@ -190,6 +196,107 @@ TEST_CASE("context: model defects are reported with the tensor or key that is wr
     kt_model_free(quants);
 }
 
+namespace {
+
+// A copy of `bytes` with the FLOAT32 metadata value of `key` replaced (the file is otherwise untouched).
+std::vector<uint8_t> with_f32(std::vector<uint8_t> bytes, const std::string &key, float value) {
+    std::vector<uint8_t> needle(8);
+    const uint64_t n = key.size();
+    std::memcpy(needle.data(), &n, 8);
+    needle.insert(needle.end(), key.begin(), key.end());
+    const auto at = std::search(bytes.begin(), bytes.end(), needle.begin(), needle.end());
+    REQUIRE(at != bytes.end());
+    const size_t type_at = static_cast<size_t>(at - bytes.begin()) + needle.size();
+    uint32_t type = 0;
+    std::memcpy(&type, bytes.data() + type_at, 4);
+    REQUIRE(type == 6);  // FLOAT32
+    std::memcpy(bytes.data() + type_at + 4, &value, 4);
+    return bytes;
+}
+
+// The message of kt_context_create on `bytes`, which must fail with INVALID_FILE.
+std::string refused(const std::vector<uint8_t> &bytes) {
+    kt::test::TempDir dir;
+    const std::string path = dir.file("model.gguf");
+    kt::test::write_file(path, bytes);
+    kt_model *model = nullptr;
+    kt_error err = {sizeof(kt_error), 0, {0}};
+    REQUIRE(kt_model_load(path.c_str(), nullptr, &model, &err) == KT_STATUS_OK);  // loading reads no hyperparameters
+    kt_context_params p = params();
+    kt_context *ctx = nullptr;
+    CHECK(kt_context_create(model, &p, &ctx, &err) == KT_STATUS_INVALID_FILE);
+    CHECK(ctx == nullptr);
+    kt_context_free(ctx);
+    kt_model_free(model);
+    return err.message;
+}
+
+}  // namespace
+
+TEST_CASE("context: hyperparameters out of range are refused with the key and the value") {
+    // The golden deepseek2 file as llama.cpp's converter wrote it runs; one changed value does not.
+    const std::vector<uint8_t> deepseek = kt::test::read_file(kt::test::testdata_path("models/deepseek2.q8_0.gguf"));
+    {
+        kt::test::TempDir dir;
+        kt::test::write_file(dir.file("ok.gguf"), deepseek);
+        kt_model *model = nullptr;
+        REQUIRE(kt_model_load(dir.file("ok.gguf").c_str(), nullptr, &model, nullptr) == KT_STATUS_OK);
+        kt_context_params p = params();
+        kt_context *ctx = nullptr;
+        CHECK(kt_context_create(model, &p, &ctx, nullptr) == KT_STATUS_OK);
+        kt_context_free(ctx);
+        kt_model_free(model);
+    }
+    const struct {
+        const char *key;
+        float value;
+        const char *shown;
+    } cases[] = {
+        {"deepseek2.expert_weights_scale", 0.0f, "= 0 "},              // every routed expert silenced
+        {"deepseek2.expert_weights_scale", -2.5f, "= -2.5 "},
+        {"deepseek2.rope.scaling.factor", 0.0f, "= 0 "},               // YaRN as if unscaled
+        {"deepseek2.rope.scaling.factor", 1e6f, "= 1e+06 "},
+        {"deepseek2.rope.scaling.yarn_log_multiplier", -100.0f, "= -100 "},  // attention scale (1 - 100 ln 40)²
+        {"deepseek2.rope.scaling.yarn_log_multiplier", 50.0f, "= 50 "},
+        {"deepseek2.attention.layer_norm_rms_epsilon", 0.0f, "= 0 "},
+        {"deepseek2.rope.freq_base", 0.5f, "= 0.5 "},
+    };
+    for (const auto &c : cases) {
+        const std::string msg = refused(with_f32(deepseek, c.key, c.value));
+        INFO(c.key << " = " << c.value << ": " << msg);
+        CHECK(msg.find(std::string("'") + c.key + "'") != std::string::npos);
+        CHECK(msg.find(c.shown) != std::string::npos);
+    }
+    const std::string nan = refused(with_f32(deepseek, "deepseek2.expert_weights_scale", std::nanf("")));
+    CHECK(nan.find("deepseek2.expert_weights_scale' is not finite") != std::string::npos);
+
+    // The generic keys of every family, on a tiny qwen3moe (set after its tensors were chosen: the generator reads
+    // them too).
+    TinyModel zero_factor;
+    zero_factor.keys_after_table = {{"qwen3moe.rope.scaling.factor", kt::gguf::Value::f32(0.0f)}};
+    CHECK(create_error(zero_factor, KT_STATUS_INVALID_FILE).find("'qwen3moe.rope.scaling.factor' = 0 ") != std::string::npos);
+    TinyModel old_key;
+    old_key.keys_after_table = {{"qwen3moe.rope.scale_linear", kt::gguf::Value::f32(-4.0f)}};
+    CHECK(create_error(old_key, KT_STATUS_INVALID_FILE).find("'qwen3moe.rope.scale_linear' = -4 ") != std::string::npos);
+    TinyModel beta;
+    beta.keys_after_table = {{"qwen3moe.rope.scaling.type", kt::gguf::Value::str("yarn")},
+                 {"qwen3moe.rope.scaling.factor", kt::gguf::Value::f32(4.0f)},
+                 {"qwen3moe.rope.scaling.yarn_beta_fast", kt::gguf::Value::f32(0.0f)}};
+    CHECK(create_error(beta, KT_STATUS_INVALID_FILE).find("'qwen3moe.rope.scaling.yarn_beta_fast' = 0 ") != std::string::npos);
+    TinyModel wide;
+    wide.keys_after_table = {{"qwen3moe.attention.head_count", kt::gguf::Value::u32(1024)},
+                             {"qwen3moe.attention.head_count_kv", kt::gguf::Value::u32(1024)},
+                             {"qwen3moe.attention.key_length", kt::gguf::Value::u32(1024)}};
+    CHECK(create_error(wide, KT_STATUS_INVALID_FILE).find("attention width") != std::string::npos);
+    // Scaling "none" ignores the factor, as llama.cpp does.
+    TinyModel none;
+    none.keys = {{"qwen3moe.rope.scaling.type", kt::gguf::Value::str("none")},
+                 {"qwen3moe.rope.scaling.factor", kt::gguf::Value::f32(0.0f)}};
+    Loaded m(none);
+    kt_context_params p = params();
+    Ctx c(m.model, p);
+}
+
 TEST_CASE("context: bad calls get a status and leave the sequence as it was") {
     Loaded m(TinyModel{});
     Ctx c(m.model, params(16));
@@ -209,6 +316,12 @@ TEST_CASE("context: bad calls get a status and leave the sequence as it was") {
     CHECK(kt_context_decode(c.ctx, nullptr, 3, KT_LOGITS_ALL) == KT_STATUS_INVALID_ARGUMENT);
     CHECK(kt_context_decode(c.ctx, bad, 1, 7) == KT_STATUS_INVALID_ARGUMENT);
     CHECK(kt_context_decode(c.ctx, bad, 0, KT_LOGITS_ALL) == KT_STATUS_INVALID_ARGUMENT);
+    CHECK(kt_context_n_past(c.ctx) == 0);
+
+    // More than the whole context: "N tokens, the context holds M" (not "holds 0 of M").
+    const std::vector<int32_t> too_many(17, 1);
+    CHECK(kt_context_decode(c.ctx, too_many.data(), 17, KT_LOGITS_LAST) == KT_STATUS_CONTEXT_FULL);
+    CHECK(std::string(kt_context_last_error(c.ctx)).find("17 tokens do not fit: the context holds 16") != std::string::npos);
     CHECK(kt_context_n_past(c.ctx) == 0);
 
     int32_t token = -1;
@@ -370,6 +483,53 @@ TEST_CASE("context: generation stops at max tokens, stop tokens, the callback an
     // Nothing to continue from.
     kt_context_reset(small.ctx);
     CHECK(kt_context_generate(small.ctx, nullptr, 0, &gp, nullptr, 0, &n, &reason) == KT_STATUS_MISUSE);
+}
+
+// Several contexts of one model, each used by its own thread at once (kt.h: a model may be shared by contexts),
+// with the production kernels, whose MoE layers run on the expert pools' shared executor: each context computes
+// what it computes alone. The threads only record; this thread asserts (Catch2's assertions are not thread-safe).
+// The tsan workflow runs this under ThreadSanitizer.
+TEST_CASE("context: contexts of one model decode at once on their own threads, as each would alone") {
+    Loaded m(arch("qwen3moe", true));
+    kt_context_params p = params();
+    p.kernels = KT_KERNELS_AUTO;
+    std::vector<float> alone;
+    {
+        Ctx c(m.model, p);
+        alone = c.decode(kPrompt, KT_LOGITS_ALL);
+    }
+    constexpr int kThreads = 3;
+    struct Result {
+        kt_status created = -1, decoded = -1, generated = -1;
+        std::vector<float> logits;
+        std::vector<int32_t> tokens = std::vector<int32_t>(4, -1);
+    };
+    std::vector<Result> results(kThreads);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+        threads.emplace_back([&, t] {
+            Result &r = results[static_cast<size_t>(t)];
+            kt_context *ctx = nullptr;
+            r.created = kt_context_create(m.model, &p, &ctx, nullptr);
+            if (r.created != KT_STATUS_OK) return;
+            r.decoded = kt_context_decode(ctx, kPrompt.data(), static_cast<int64_t>(kPrompt.size()), KT_LOGITS_ALL);
+            const float *l = nullptr;
+            int64_t rows = 0;
+            if (r.decoded == KT_STATUS_OK && kt_context_logits(ctx, 0, &l, &rows) == KT_STATUS_OK)
+                r.logits.assign(l, l + rows * kt_context_n_vocab(ctx));
+            r.generated = kt::test::generate_greedy(ctx, r.tokens.data(), 4, nullptr);
+            kt_context_free(ctx);
+        });
+    }
+    for (auto &th : threads) th.join();
+    for (const Result &r : results) {
+        CHECK(r.created == KT_STATUS_OK);
+        CHECK(r.decoded == KT_STATUS_OK);
+        CHECK(r.generated == KT_STATUS_OK);
+        REQUIRE(r.logits.size() == alone.size());
+        CHECK(max_rel(r.logits, alone) < 1e-6);
+        CHECK(r.tokens == results[0].tokens);
+    }
 }
 
 TEST_CASE("context: sampling with a seed is reproducible and the seed matters") {

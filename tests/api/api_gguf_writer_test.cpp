@@ -384,6 +384,12 @@ TEST_CASE("api: GGUF writer setters reject bad keys, types and values, and add n
     CHECK(kt_gguf_writer_set_int(w, "", KT_META_INT32, 1) == KT_STATUS_INVALID_ARGUMENT);
     const std::string long_key(65536, 'k');
     CHECK(kt_gguf_writer_set_int(w, long_key.c_str(), KT_META_INT32, 1) == KT_STATUS_INVALID_ARGUMENT);
+    // A key that is not valid UTF-8 (llama.cpp refuses such a file): a stray byte, an overlong '/', a surrogate.
+    for (const char *bad : {"test.\xff", "test.\xc0\xaf", "test.\xed\xa0\x80", "test.\xe4\xbd"}) {
+        CHECK(kt_gguf_writer_set_int(w, bad, KT_META_INT32, 1) == KT_STATUS_INVALID_ARGUMENT);
+        CHECK(wr.error().find("not valid UTF-8") != std::string::npos);
+    }
+    CHECK(kt_gguf_writer_set_int(w, "test.\xe4\xbd\xa0", KT_META_INT32, 1) == KT_STATUS_OK);  // U+4F60 is fine
     // None of the failures added "k": it can be set now, once.
     REQUIRE(kt_gguf_writer_set_int(w, "k", KT_META_UINT8, 3) == KT_STATUS_OK);
     CHECK(kt_gguf_writer_set_int(w, "k", KT_META_UINT8, 4) == KT_STATUS_INVALID_ARGUMENT);
@@ -397,8 +403,9 @@ TEST_CASE("api: GGUF writer setters reject bad keys, types and values, and add n
     const std::string path = dir.file("m.gguf");
     REQUIRE(kt_gguf_writer_write_file(w, path.c_str()) == KT_STATUS_OK);
     Model model(path);
-    CHECK(kt_model_meta_count(model.m) == 2);
+    CHECK(kt_model_meta_count(model.m) == 3);
     CHECK(get_int(model.m, "k") == 3);
+    CHECK(kt_model_interop_warning_count(model.m) == 0);
 }
 
 TEST_CASE("api: GGUF writer rejects bad tensors at the call that adds them") {
@@ -410,9 +417,14 @@ TEST_CASE("api: GGUF writer rejects bad tensors at the call that adds them") {
     CHECK(kt_gguf_writer_add_tensor(w, nullptr, KT_TYPE_Q4_K, 2, ne_q4k, bytes.data(), q4k_bytes) ==
           KT_STATUS_INVALID_ARGUMENT);
     CHECK(kt_gguf_writer_add_tensor(w, "", KT_TYPE_Q4_K, 2, ne_q4k, bytes.data(), q4k_bytes) == KT_STATUS_INVALID_ARGUMENT);
-    const std::string long_name(65, 'n');
+    // 64 bytes: the spec allows it, ggml (GGML_MAX_NAME with its NUL) does not, so kt never writes it.
+    const std::string long_name(64, 'n');
     CHECK(kt_gguf_writer_add_tensor(w, long_name.c_str(), KT_TYPE_Q4_K, 2, ne_q4k, bytes.data(), q4k_bytes) ==
           KT_STATUS_INVALID_ARGUMENT);
+    CHECK(kt_gguf_writer_add_tensor(w, "t\xff", KT_TYPE_Q4_K, 2, ne_q4k, bytes.data(), q4k_bytes) == KT_STATUS_INVALID_ARGUMENT);
+    CHECK(wr.error().find("not valid UTF-8") != std::string::npos);
+    CHECK(kt_gguf_writer_add_tensor(w, std::string(63, 'n').c_str(), KT_TYPE_Q4_K, 2, ne_q4k, bytes.data(), q4k_bytes) ==
+          KT_STATUS_OK);
     CHECK(kt_gguf_writer_add_tensor(w, "t", 4, 2, ne_q4k, bytes.data(), q4k_bytes) == KT_STATUS_INVALID_ARGUMENT);
     CHECK(wr.error().find("unknown type 4") != std::string::npos);
     CHECK(kt_gguf_writer_add_tensor(w, "t", 99, 2, ne_q4k, bytes.data(), q4k_bytes) == KT_STATUS_INVALID_ARGUMENT);

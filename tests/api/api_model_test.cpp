@@ -134,6 +134,39 @@ TEST_CASE("api: metadata and tensors of a valid file, with and without mmap") {
     }
 }
 
+TEST_CASE("api: what other GGUF readers refuse is reported as interoperability warnings") {
+    kt::test::TempDir dir;
+    // Files llama.cpp (and ggml's own reader) wrote, or would load: none.
+    std::vector<std::string> golden;
+    for (const char *f : {"models/qwen3moe.q4_k_m.gguf", "models/deepseek2.q8_0.gguf", "models/llama-dense.f32.ref.gguf",
+                          "tokenizer/qwen3.gguf", "tokenizer/llama2-spm.gguf", "quants/Q4_K.gguf", "quants/IQ4_XS.gguf"})
+        golden.push_back(kt::test::testdata_path(f));
+    golden.push_back(write_valid(dir));
+    for (const std::string &path : golden) {
+        kt_model *m = load_ok(path);
+        INFO(path << ": " << (kt_model_interop_warning(m, 0) ? kt_model_interop_warning(m, 0) : ""));
+        CHECK(kt_model_interop_warning_count(m) == 0);
+        CHECK(kt_model_interop_warning(m, 0) == nullptr);
+        kt_model_free(m);
+    }
+    CHECK(kt_model_interop_warning_count(nullptr) == 0);
+    CHECK(kt_model_interop_warning(nullptr, 0) == nullptr);
+
+    // Files kt reads and llama.cpp refuses, one finding each.
+    for (const kt::test::InteropCase &c : kt::test::interop_gguf_cases()) {
+        const std::string path = dir.file(c.name + ".gguf");
+        kt::test::write_file(path, c.bytes);
+        kt_model *m = load_ok(path);
+        INFO(c.name);
+        REQUIRE(kt_model_interop_warning_count(m) == 1);
+        INFO(kt_model_interop_warning(m, 0));
+        CHECK(std::string(kt_model_interop_warning(m, 0)).find(c.warning) != std::string::npos);
+        CHECK(kt_model_interop_warning(m, 1) == nullptr);
+        CHECK(kt_model_interop_warning(m, -1) == nullptr);
+        kt_model_free(m);
+    }
+}
+
 TEST_CASE("api: NULL arguments and bad params are reported, never crash") {
     kt::test::TempDir dir;
     const std::string path = write_valid(dir);

@@ -7,7 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "core/json.h"
+#include "core/utf8.h"
 #include "kt.h"
+#include "support/hostile_gguf.h"
 #include "support/test_support.h"
 
 namespace {
@@ -37,6 +40,43 @@ TEST_CASE("kt-inspect --json is one JSON object with every tensor") {
     CHECK(r.all().front() == '{');
     CHECK(r.all().find("\"architecture\": \"quant-golden\"") != std::string::npos);
     CHECK(r.all().find("\"name\": \"t3.src\", \"type\": \"F32\", \"shape\": [512, 2]") != std::string::npos);
+}
+
+TEST_CASE("kt-inspect warns about what other readers refuse, and --json stays valid UTF-8 JSON") {
+    kt::test::TempDir dir;
+    kt::test::RawGguf g = kt::test::small_valid_gguf();
+    g.kvs[1].key = "general.\xff\xfe\"name\n";  // invalid UTF-8, a quote and a newline in one key
+    g.kvs[0].payload = kt::test::raw_string("ll\xc3" "ama");  // and a broken string value
+    std::swap(g.tensors[0], g.tensors[1]);
+    g.tensors[2].name = std::string(64, 'n');
+    const std::string path = dir.file("refused-elsewhere.gguf");
+    kt::test::write_file(path, g.serialize());
+
+    const kt::test::ProgramRun text = run("'" + path + "'");
+    INFO(text.all());
+    REQUIRE(text.exit_code == 0);  // kt reads the file
+    CHECK(text.all().find("-- warnings: other GGUF readers refuse this file --") != std::string::npos);
+    CHECK(text.all().find("is not valid UTF-8") != std::string::npos);
+    CHECK(text.all().find("where ggml expects 0") != std::string::npos);
+    CHECK(text.all().find("64-byte name") != std::string::npos);
+
+    const kt::test::ProgramRun js = run("--json '" + path + "'");
+    REQUIRE(js.exit_code == 0);
+    const std::string out = js.out;
+    CHECK(kt::valid_utf8(out));
+    kt::json::Value v;
+    const kt::Status parsed = kt::json::parse(out, &v);
+    INFO(out << "\n" << parsed.message());
+    REQUIRE(parsed.is_ok());
+    REQUIRE(v.find("warnings") != nullptr);
+    CHECK(v.find("warnings")->items().size() == 3);
+    CHECK(v.find("architecture")->as_string() == "ll\xef\xbf\xbd" "ama");  // the bad byte became U+FFFD
+    CHECK(v.find("metadata")->find("general.\xef\xbf\xbd\xef\xbf\xbd\"name\n") != nullptr);
+    // A clean file has an empty warning list.
+    const kt::test::ProgramRun clean = run("--json '" + kt::test::testdata_path("quants/Q4_K.gguf") + "'");
+    kt::json::Value w;
+    REQUIRE(kt::json::parse(clean.out, &w).is_ok());
+    CHECK(w.find("warnings")->items().empty());
 }
 
 TEST_CASE("kt-inspect --dump writes the golden dequantized values") {

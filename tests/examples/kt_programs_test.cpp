@@ -227,6 +227,20 @@ TEST_CASE("kt-run's --logits matches llama.cpp's golden logits, generation works
     CHECK(run(KT_RUN_EXE, "-m " + model + " --tokens 1,x").exit_code == 2);            // bad ids
     CHECK(run(KT_RUN_EXE, "-m " + dir.file("missing.gguf") + " --tokens 1").exit_code == 1);
     CHECK(run(KT_RUN_EXE, "-m " + model + " --tokens 1,99999").exit_code == 1);        // outside the vocabulary
+    // A prompt longer than the context: said so, in those terms, and no statistics for work that did not run.
+    std::string long_prompt = "1";
+    for (int i = 0; i < 40; ++i) long_prompt += ",1";
+    const kt::test::ProgramRun too_long = run(KT_RUN_EXE, "-m " + model + " --tokens " + long_prompt + " -c 32 -n 4 -t 1");
+    INFO(too_long.all());
+    CHECK(too_long.exit_code == 1);
+    CHECK(too_long.all().find("41 tokens, the context holds 32") != std::string::npos);
+    CHECK(too_long.all().find("tokens/s") == std::string::npos);
+    CHECK(too_long.all().find("generated") == std::string::npos);
+    // Prefill only (-n 0): the prompt's line, no generation line.
+    const kt::test::ProgramRun prefill_only = run(KT_RUN_EXE, "-m " + model + " --tokens 1,2,3 -n 0 -t 1");
+    CHECK(prefill_only.exit_code == 0);
+    CHECK(prefill_only.all().find("prompt: 3 tokens") != std::string::npos);
+    CHECK(prefill_only.all().find("generated") == std::string::npos);
     const kt::test::ProgramRun sampled = run(KT_RUN_EXE, "-m " + model + " --tokens 1,2 -n 4 --temp 0.9 --top-k 20 --top-p 0.9 --min-p 0.02"
                                         " --repeat-penalty 1.1 --presence-penalty 0.2 -s 5");
     CHECK(sampled.exit_code == 0);

@@ -1,4 +1,5 @@
-// Writes the hostile-file generator's cases (and the valid base) into a directory: the fuzz corpus seed.
+// Writes the hostile-file generator's cases, the files other readers refuse, and the valid base into a directory:
+// the fuzz corpus seed.
 #include <cctype>
 #include <cstdio>
 #include <fstream>
@@ -27,6 +28,10 @@ int main(int argc, char **argv) {
         if (!write_bytes(dir + "/hostile-" + name + ".gguf", c.bytes)) return 1;
         ++n;
     }
-    std::printf("wrote %d hostile cases and the valid base to %s\n", n, dir.c_str());
+    for (const auto &c : kt::test::interop_gguf_cases()) {
+        if (!write_bytes(dir + "/interop-" + c.name + ".gguf", c.bytes)) return 1;
+        ++n;
+    }
+    std::printf("wrote %d hostile and interoperability cases and the valid base to %s\n", n, dir.c_str());
     return 0;
 }

@@ -131,6 +131,20 @@ RawGguf small_valid_gguf() {
     return g;
 }
 
+std::vector<InteropCase> interop_gguf_cases() {
+    RawGguf bad_key = small_valid_gguf();
+    bad_key.kvs[1].key = "general.\xff\xfename";
+    RawGguf reordered = small_valid_gguf();
+    std::swap(reordered.tensors[0], reordered.tensors[1]);  // t_q8's info first, its data still second
+    RawGguf long_name = small_valid_gguf();
+    long_name.tensors[2].name = std::string(64, 'n');
+    return {
+        {"key-not-utf8", bad_key.serialize(), "metadata key 'general.\\xff\\xfename' (at byte"},
+        {"data-out-of-info-order", reordered.serialize(), "tensor 't_q8' (info 0) has its data at offset 32 where ggml expects 0"},
+        {"tensor-name-64-bytes", long_name.serialize(), "has a 64-byte name: ggml takes at most 63"},
+    };
+}
+
 std::vector<HostileCase> hostile_gguf_cases() {
     std::vector<HostileCase> cases;
     auto add = [&](const std::string &name, const RawGguf &g, kt_status expected = KT_STATUS_INVALID_FILE) {

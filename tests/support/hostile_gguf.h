@@ -61,4 +61,12 @@ struct HostileCase {
 // Every case must be rejected with `expected` and a message.
 std::vector<HostileCase> hostile_gguf_cases();
 
+// Files kt reads but llama.cpp refuses: each must load, with one interoperability warning containing `warning`.
+struct InteropCase {
+    std::string name;
+    std::vector<uint8_t> bytes;
+    std::string warning;
+};
+std::vector<InteropCase> interop_gguf_cases();
+
 }  // namespace kt::test

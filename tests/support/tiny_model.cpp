@@ -1,17 +1,18 @@
 #include "support/tiny_model.h"
 
-#include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <random>
 
+#include "kt.h"
 #include "mem/mapped_file.h"
 #include "model/model.h"
-#include "support/test_support.h"
 
 namespace kt::test {
 
-std::vector<uint8_t> write_tiny_model(const TinyModel &spec) {
+Status write_tiny_model(const TinyModel &spec, std::vector<uint8_t> *out) {
     const std::string a = spec.arch + ".";
     std::vector<std::pair<std::string, gguf::Value>> keys = {
         {"general.architecture", gguf::Value::str(spec.arch)},
@@ -47,23 +48,33 @@ std::vector<uint8_t> write_tiny_model(const TinyModel &spec) {
     gguf::Writer meta;
     for (const auto &[key, value] : keys) meta.add(key, value);
     std::vector<uint8_t> meta_bytes;
-    REQUIRE(meta.write_buffer(&meta_bytes).is_ok());
+    KT_TRY(meta.write_buffer(&meta_bytes));
     std::unique_ptr<gguf::File> meta_file;
-    REQUIRE(gguf::File::parse(mem::MappedFile::borrow(meta_bytes.data(), meta_bytes.size()), "tiny", &meta_file).is_ok());
+    KT_TRY(gguf::File::parse(mem::MappedFile::borrow(meta_bytes.data(), meta_bytes.size()), "tiny", &meta_file));
     std::vector<model::TensorSpec> specs;
-    const Status listed = model::list_tensors(*meta_file, &specs);
-    INFO(listed.message());
-    REQUIRE(listed.is_ok());
+    KT_TRY(model::list_tensors(*meta_file, &specs));
+    if (spec.max_elements > 0) {
+        uint64_t total = 0;
+        for (const model::TensorSpec &t : specs) {
+            uint64_t n = 1;
+            for (int64_t d : t.ne) n = d > 0 && n <= spec.max_elements ? n * static_cast<uint64_t>(d) : spec.max_elements + 1;
+            total += std::min<uint64_t>(n, spec.max_elements + 1);
+        }
+        KT_RETURN_IF(total > spec.max_elements, KT_STATUS_INVALID_ARGUMENT, "tiny model: %llu elements, more than %llu",
+                     static_cast<unsigned long long>(total), static_cast<unsigned long long>(spec.max_elements));
+    }
 
     gguf::Writer w;
     set_keys(spec.keys_after_table);
     for (const auto &[key, value] : keys) w.add(key, value);
     uint64_t seed = spec.seed;
-    auto add = [&](const std::string &name, const std::vector<int64_t> &ne, float mean, float sigma) {
+    auto add = [&](const std::string &name, const std::vector<int64_t> &ne, float mean, float sigma) -> Status {
         size_t n = 1;
         for (int64_t d : ne) n *= static_cast<size_t>(d);
-        std::vector<float> v = random_normal(n, ++seed, sigma);
-        for (float &x : v) x += mean;
+        std::mt19937_64 rng(++seed);  // one stream per tensor, as test::random_normal draws them
+        std::normal_distribution<float> normal(0.0f, sigma);
+        std::vector<float> v(n);
+        for (float &x : v) x = normal(rng) + mean;
         const gguf::TensorInfo *same = spec.copy_from ? spec.copy_from->find_tensor(name) : nullptr;
         if (same && same->type == KT_TYPE_F32 && same->n_elements == n) std::memcpy(v.data(), same->data, n * sizeof(float));
         int32_t type = KT_TYPE_F32;
@@ -73,14 +84,17 @@ std::vector<uint8_t> write_tiny_model(const TinyModel &spec) {
             std::vector<uint8_t> bytes(n * sizeof(float));
             std::memcpy(bytes.data(), v.data(), bytes.size());
             w.add_tensor_bytes(name, KT_TYPE_F32, ne, std::move(bytes));
-            return;
+            return Status::ok();
         }
         uint64_t size = 0;
         const int64_t rows = static_cast<int64_t>(n) / ne[0];
-        REQUIRE(kt_quantize(type, v.data(), rows, ne[0], nullptr, 0, &size) == KT_STATUS_BUFFER_TOO_SMALL);
+        KT_RETURN_IF(kt_quantize(type, v.data(), rows, ne[0], nullptr, 0, &size) != KT_STATUS_BUFFER_TOO_SMALL,
+                     KT_STATUS_INVALID_ARGUMENT, "tiny model: %s cannot be stored as %s", name.c_str(), kt_type_name(type));
         std::vector<uint8_t> bytes(size);
-        REQUIRE(kt_quantize(type, v.data(), rows, ne[0], bytes.data(), size, nullptr) == KT_STATUS_OK);
+        KT_RETURN_IF(kt_quantize(type, v.data(), rows, ne[0], bytes.data(), size, nullptr) != KT_STATUS_OK,
+                     KT_STATUS_INVALID_ARGUMENT, "tiny model: quantizing %s to %s failed", name.c_str(), kt_type_name(type));
         w.add_tensor_bytes(name, type, ne, std::move(bytes));
+        return Status::ok();
     };
     for (const model::TensorSpec &t : specs) {
         if (t.optional && t.name == "rope_freqs.weight") continue;  // other optional tensors (biases, an untied head) are written
@@ -88,40 +102,24 @@ std::vector<uint8_t> write_tiny_model(const TinyModel &spec) {
         for (const std::string &d : spec.drop) dropped |= d == t.name;
         if (dropped) continue;
         switch (t.role) {
-            case model::TensorSpec::Role::kEmbedding: add(t.name, t.ne, 0.0f, 1.0f); break;
+            case model::TensorSpec::Role::kEmbedding: KT_TRY(add(t.name, t.ne, 0.0f, 1.0f)); break;
             case model::TensorSpec::Role::kVector:
-                add(t.name, t.ne, t.name.find(".bias") == std::string::npos ? 1.0f : 0.0f, 0.1f);
+                KT_TRY(add(t.name, t.ne, t.name.find(".bias") == std::string::npos ? 1.0f : 0.0f, 0.1f));
                 break;
             default: {
                 const bool router = t.name.find("ffn_gate_inp.") != std::string::npos && spec.router_sigma > 0.0f;
-                add(t.name, t.ne, 0.0f, router ? spec.router_sigma : 1.0f / std::sqrt(static_cast<float>(t.ne[0])));
+                KT_TRY(add(t.name, t.ne, 0.0f, router ? spec.router_sigma : 1.0f / std::sqrt(static_cast<float>(t.ne[0]))));
                 break;
             }
         }
     }
-    for (const auto &[name, ne] : spec.extra_tensors) add(name, ne, 0.0f, 1.0f);
+    for (const auto &[name, ne] : spec.extra_tensors) KT_TRY(add(name, ne, 0.0f, 1.0f));
     for (const TinyModel::Values &t : spec.extra_values) {
         std::vector<uint8_t> bytes(t.values.size() * sizeof(float));
         std::memcpy(bytes.data(), t.values.data(), bytes.size());
         w.add_tensor_bytes(t.name, KT_TYPE_F32, t.ne, std::move(bytes));
     }
-    std::vector<uint8_t> bytes;
-    const Status written = w.write_buffer(&bytes);
-    INFO(written.message());
-    REQUIRE(written.is_ok());
-    return bytes;
-}
-
-std::vector<float> tiny_model_values(const std::vector<uint8_t> &gguf_bytes, const std::string &name) {
-    std::unique_ptr<gguf::File> file;
-    REQUIRE(gguf::File::parse(mem::MappedFile::borrow(gguf_bytes.data(), gguf_bytes.size()), "tiny", &file).is_ok());
-    const gguf::TensorInfo *t = file->find_tensor(name);
-    INFO("tensor " << name);
-    REQUIRE(t != nullptr);
-    std::vector<float> values(t->n_elements);
-    const int64_t rows = static_cast<int64_t>(t->n_elements) / t->ne[0];
-    REQUIRE(kt_dequantize(t->type, t->data, t->n_bytes, rows, t->ne[0], values.data(), values.size()) == KT_STATUS_OK);
-    return values;
+    return w.write_buffer(out);
 }
 
 }  // namespace kt::test

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/status.h"
 #include "model/gguf/gguf.h"
 
 namespace kt::test {
@@ -33,12 +34,17 @@ struct TinyModel {
     float router_sigma = 0.0f;         // > 0: ffn_gate_inp's σ (default 1/√n_embd, like every projection)
     // Tensors whose name contains `first` are stored as type `second` (kt_quantize of the f32 values) instead of F32.
     std::vector<std::pair<std::string, int32_t>> types;
+    uint64_t max_elements = 0;  // > 0: refuse (INVALID_ARGUMENT) a table of more elements than this, before writing
 };
 
-// The values a tensor of a tiny model holds, dequantized (its name must exist).
-std::vector<float> tiny_model_values(const std::vector<uint8_t> &gguf_bytes, const std::string &name);
+// The GGUF bytes (normal random values from `seed`), or the status of the architecture's table, the quantizer or
+// the writer refusing the spec. No Catch2: the fuzz targets build their base models with it too.
+Status write_tiny_model(const TinyModel &spec, std::vector<uint8_t> *out);
 
-// The GGUF bytes (all tensors F32). Fails the calling test if the writer or the table refuses.
+// For Catch2 tests (defined in kt_test_support): the bytes, failing the calling test if anything refuses.
 std::vector<uint8_t> write_tiny_model(const TinyModel &spec);
+
+// The values a tensor of a tiny model holds, dequantized (its name must exist; Catch2, kt_test_support).
+std::vector<float> tiny_model_values(const std::vector<uint8_t> &gguf_bytes, const std::string &name);
 
 }  // namespace kt::test

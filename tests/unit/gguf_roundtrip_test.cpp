@@ -25,6 +25,35 @@ std::string random_string(std::mt19937_64 &rng, size_t max_len) {
     return s;
 }
 
+// Keys must be valid UTF-8 (the writer refuses others, as llama.cpp does): random code points of 1 to 4 bytes.
+std::string random_utf8(std::mt19937_64 &rng, size_t max_chars) {
+    std::uniform_int_distribution<size_t> len(0, max_chars);
+    std::uniform_int_distribution<uint32_t> width(0, 3);
+    const uint32_t lo[] = {0, 0x80, 0x800, 0x10000}, hi[] = {0x7F, 0x7FF, 0xFFFF, 0x10FFFF};
+    std::string s;
+    for (size_t n = len(rng); n > 0; --n) {
+        const uint32_t w = width(rng);
+        uint32_t cp = std::uniform_int_distribution<uint32_t>(lo[w], hi[w])(rng);
+        if (cp >= 0xD800 && cp < 0xE000) cp -= 0x1000;  // no surrogates
+        if (cp < 0x80) {
+            s += static_cast<char>(cp);
+        } else if (cp < 0x800) {
+            s += static_cast<char>(0xC0 | (cp >> 6));
+            s += static_cast<char>(0x80 | (cp & 0x3F));
+        } else if (cp < 0x10000) {
+            s += static_cast<char>(0xE0 | (cp >> 12));
+            s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+            s += static_cast<char>(0x80 | (cp & 0x3F));
+        } else {
+            s += static_cast<char>(0xF0 | (cp >> 18));
+            s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+            s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+            s += static_cast<char>(0x80 | (cp & 0x3F));
+        }
+    }
+    return s;
+}
+
 Value random_value(std::mt19937_64 &rng) {
     std::uniform_int_distribution<uint32_t> type_dist(0, 12);
     ValueType type = static_cast<ValueType>(type_dist(rng));
@@ -75,7 +104,7 @@ TEST_CASE("gguf: read(write(x)) == x for random files") {
         std::vector<std::pair<std::string, Value>> kvs;
         const int n_kv = std::uniform_int_distribution<int>(0, 25)(rng);
         for (int i = 0; i < n_kv; ++i) {
-            kvs.emplace_back("k" + std::to_string(i) + "." + random_string(rng, 5), random_value(rng));
+            kvs.emplace_back("k" + std::to_string(i) + "." + random_utf8(rng, 5), random_value(rng));
             w.add(kvs.back().first, kvs.back().second);
         }
         struct T {

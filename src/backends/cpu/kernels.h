@@ -143,6 +143,7 @@ IsaLevel kernel_level();
 // measured one core, 256 columns, K 768 and 2048, weights in L2 (the crossover below both): INT8 and BF16 at 2
 // rows (AVX-512 BF16 is 8x slower than its tiles), INT4 at 4 (group 32: 8), the group-wise GGUF formats at 12-16
 // (per-group tile stores and scaling cost more than AVX-512's decoding until the tiles are well filled; 16 here).
+// INT64_MAX for a format AMX has no kernel for (MXFP4, the other K-quants): no call of it runs on AMX.
 int64_t amx_min_rows(const PackedLayout &layout);
 // The sets this host can run, from scalar up (for tests: every path is exercised, including fallbacks).
 int supported_kernel_sets(const KernelSet **out, int capacity);

@@ -264,7 +264,7 @@ int64_t amx_min_rows(const PackedLayout &layout) {
         case PackedType::kInt8:
         case PackedType::kBf16: return 2;
         case PackedType::kInt4: return layout.group == 32 ? 8 : 4;
-        default: return 16;  // the group-wise formats (and any format AMX has no kernel for: not taken anyway)
+        default: return grouped_group(layout) != 0 ? 16 : INT64_MAX;  // INT64_MAX: a format AMX has no kernel for
     }
 }
 

@@ -76,6 +76,22 @@ Status HParamReader::get_float_or(const char *suffix, float fallback, float *out
     return get_float(suffix, out);
 }
 
+Status HParamReader::get_float(const char *suffix, float lo, float hi, float *out) const {
+    float value = 0.0f;
+    KT_TRY(get_float(suffix, &value));
+    if (!(value >= lo && value <= hi)) return out_of_range(key(suffix), value, lo, hi);
+    *out = value;
+    return Status::ok();
+}
+
+Status HParamReader::get_float_or(const char *suffix, float fallback, float lo, float hi, float *out) const {
+    if (!has(suffix)) {
+        *out = fallback;
+        return Status::ok();
+    }
+    return get_float(suffix, lo, hi, out);
+}
+
 Status HParamReader::get_bool_or(const char *suffix, bool fallback, bool *out) const {
     *out = fallback;
     return has(suffix) ? file_.get_bool(key(suffix), out) : Status::ok();
@@ -114,12 +130,12 @@ Status read_rope(const HParamReader &r, HParams *hp) {
     KT_RETURN_IF(scaling != "none" && scaling != "linear" && scaling != "yarn", KT_STATUS_UNSUPPORTED,
                  "metadata key '%s' = '%s': kt supports RoPE scaling none, linear and yarn",
                  r.key("rope.scaling.type").c_str(), scaling.c_str());
-    float factor = 0.0f;
-    KT_TRY(r.get_float_or("rope.scaling.factor", 0.0f, &factor));
-    if (factor == 0.0f) KT_TRY(r.get_float_or("rope.scale_linear", 0.0f, &factor));
-    if (scaling == "none" || factor == 0.0f) factor = 1.0f;  // llama.cpp: an absent or zero factor means none
-    KT_RETURN_IF(factor < 1.0f / 1024 || factor > 1024.0f, KT_STATUS_INVALID_FILE, "RoPE scaling factor %g is out of range",
-                 static_cast<double>(factor));
+    // The factor, from rope.scaling.factor or the older rope.scale_linear; absent means none. llama.cpp also reads
+    // an explicit 0 as none, but converters write the key only for scaled models, so 0 (like any factor outside
+    // [1/1024, 1024]) is a broken file here: its YaRN corrections would silently be those of factor 1.
+    const char *factor_key = r.has("rope.scaling.factor") ? "rope.scaling.factor" : "rope.scale_linear";
+    float factor = 1.0f;
+    if (scaling != "none") KT_TRY(r.get_float_or(factor_key, 1.0f, 1.0f / 1024, 1024.0f, &factor));
     rope.freq_scale = 1.0f / factor;
     KT_TRY(r.get_int_or("rope.scaling.original_context_length", hp->n_ctx_train, 1, kMaxContext, &rope.n_ctx_orig));
 
@@ -127,14 +143,16 @@ Status read_rope(const HParamReader &r, HParams *hp) {
     rope.attn_factor = 1.0f;
     if (scaling == "yarn") {
         rope.ext_factor = 1.0f;
-        KT_TRY(r.get_float_or("rope.scaling.yarn_beta_fast", 32.0f, &rope.beta_fast));
-        KT_TRY(r.get_float_or("rope.scaling.yarn_beta_slow", 1.0f, &rope.beta_slow));
+        KT_TRY(r.get_float_or("rope.scaling.yarn_beta_fast", 32.0f, 1.0f / 1024, 1024.0f, &rope.beta_fast));
+        KT_TRY(r.get_float_or("rope.scaling.yarn_beta_slow", 1.0f, 1.0f / 1024, 1024.0f, &rope.beta_slow));
         // llama.cpp (S3, llama-context.cpp): the cos/sin scale is HF's yarn_get_mscale(s) = 1 + 0.1 ln s, or, with
         // a yarn_log_multiplier (the converter stores 0.1 · mscale_all_dim), the ratio of the two mscales, where
         // deepseek2 takes mscale = mscale_all_dim (DeepSeek-V2-Lite's config has both 0.707) so that it is 1. The
         // magnitude correction that rope_table multiplies in (1 + 0.1 ln s) is divided out again here.
+        // 0.1 · mscale_all_dim: DeepSeek-V2 0.0707, V3 0.1. Negative or large values turn the attention scale
+        // (1 + log_mul · ln s)² into nonsense or zero without any other sign.
         float &log_mul = hp->yarn_log_multiplier;
-        KT_TRY(r.get_float_or("rope.scaling.yarn_log_multiplier", 0.0f, &log_mul));
+        KT_TRY(r.get_float_or("rope.scaling.yarn_log_multiplier", 0.0f, 0.0f, 1.0f, &log_mul));
         if (log_mul != 0.0f) {
             const float mscale_all_dims = log_mul / 0.1f;
             const float mscale = hp->arch == "deepseek2" ? mscale_all_dims : 1.0f;
@@ -166,6 +184,12 @@ Status read_common_hparams(const gguf::File &file, const HParamReader &r, HParam
     KT_RETURN_IF(hp->head_dim_k == 0 || hp->head_dim_v == 0, KT_STATUS_INVALID_FILE,
                  "%s has no key_length/value_length and embedding_length %lld is not a multiple of head_count %lld",
                  hp->arch.c_str(), static_cast<long long>(hp->n_embd), static_cast<long long>(hp->n_head));
+    KT_RETURN_IF(hp->n_head * std::max(hp->head_dim_k, hp->head_dim_v) > kMaxAttentionWidth, KT_STATUS_INVALID_FILE,
+                 "%s = %lld heads of %s = %lld / %s = %lld exceed kt's attention width of %lld",
+                 r.key("attention.head_count").c_str(), static_cast<long long>(hp->n_head),
+                 r.key("attention.key_length").c_str(), static_cast<long long>(hp->head_dim_k),
+                 r.key("attention.value_length").c_str(), static_cast<long long>(hp->head_dim_v),
+                 static_cast<long long>(kMaxAttentionWidth));
     KT_TRY(r.get_float("attention.layer_norm_rms_epsilon", &hp->rms_eps));
     KT_RETURN_IF(!(hp->rms_eps > 0.0f && hp->rms_eps < 1.0f), KT_STATUS_INVALID_FILE, "metadata key '%s' = %g is out of range (0, 1)",
                  r.key("attention.layer_norm_rms_epsilon").c_str(), static_cast<double>(hp->rms_eps));
@@ -203,9 +227,9 @@ Status read_routed_experts(const HParamReader &r, ops::Gating default_gating, HP
                  r.key("expert_count").c_str());
     KT_TRY(r.get_int("expert_feed_forward_length", 1, kMaxFeedForward, &hp->n_ff_exp));
     KT_TRY(r.get_int_or("expert_shared_count", 0, 0, kMaxExperts, &hp->n_expert_shared));
-    // llama.cpp scales the weights unless the scale is 0 (absent) or 1.
-    KT_TRY(r.get_float_or("expert_weights_scale", 0.0f, &hp->expert_weights_scale));
-    if (hp->expert_weights_scale == 0.0f) hp->expert_weights_scale = 1.0f;
+    // routed_scaling_factor: V2 16, V3 2.5, the lite models 1; absent means 1. A stored 0 would silence every
+    // routed expert, and is refused with any other value out of range.
+    KT_TRY(r.get_float_or("expert_weights_scale", 1.0f, 1.0f / 1024, 1024.0f, &hp->expert_weights_scale));
     KT_TRY(r.get_bool_or("expert_weights_norm", false, &hp->expert_weights_norm));
     int64_t gating = 0;  // 1: softmax, 2: sigmoid, 3: softmax over the chosen weights
     KT_TRY(r.get_int_or("expert_gating_func", default_gating == ops::Gating::kSigmoid ? 2 : 1, 0, 3, &gating));

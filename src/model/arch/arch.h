@@ -34,6 +34,7 @@ constexpr int64_t kMaxHeadDim = 1024;
 constexpr int64_t kMaxFeedForward = 1 << 20;
 constexpr int64_t kMaxVocab = 1 << 24;
 constexpr int64_t kMaxContext = 1 << 24;
+constexpr int64_t kMaxAttentionWidth = 1 << 17;  // head_count x key_length (DeepSeek-V3: 128 x 192 = 24576)
 
 struct HParams {
     std::string arch;           // general.architecture
@@ -88,6 +89,10 @@ public:
     Status get_int_or(const char *suffix, int64_t fallback, int64_t lo, int64_t hi, int64_t *out) const;
     Status get_float(const char *suffix, float *out) const;
     Status get_float_or(const char *suffix, float fallback, float *out) const;
+    // Float keys with a range [lo, hi] (a scale, a factor, a multiplier): the message names the key, the value and
+    // the range.
+    Status get_float(const char *suffix, float lo, float hi, float *out) const;
+    Status get_float_or(const char *suffix, float fallback, float lo, float hi, float *out) const;
     Status get_string_or(const char *suffix, std::string fallback, std::string *out) const;
     Status get_bool_or(const char *suffix, bool fallback, bool *out) const;
     bool has(const char *suffix) const;

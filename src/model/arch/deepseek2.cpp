@@ -70,6 +70,10 @@ Status read_hparams(const gguf::File &file, HParams *hp) {
     if (hp->n_layer_dense_lead < hp->n_layer) KT_TRY(read_routed_experts(r, ops::Gating::kSoftmax, hp));
     const float mscale = rope_magnitude(*hp) * (1.0f + hp->yarn_log_multiplier * std::log(1.0f / hp->rope.freq_scale));
     hp->kq_scale = mscale * mscale / std::sqrt(static_cast<float>(hp->head_dim_k_mla));
+    KT_RETURN_IF(!(mscale > 0.0f) || !std::isfinite(hp->kq_scale), KT_STATUS_INVALID_FILE,
+                 "deepseek2: '%s' = %g with RoPE scaling factor %g gives the attention scale %g",
+                 r.key("rope.scaling.yarn_log_multiplier").c_str(), static_cast<double>(hp->yarn_log_multiplier),
+                 static_cast<double>(1.0f / hp->rope.freq_scale), static_cast<double>(hp->kq_scale));
     return Status::ok();
 }
 

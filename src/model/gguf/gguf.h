@@ -23,7 +23,8 @@ constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian u32
 constexpr uint32_t kDefaultAlignment = 32;
 constexpr int kMaxDims = 4;
 constexpr uint64_t kMaxKeyLength = 65535;      // the spec's limit for keys
-constexpr uint64_t kMaxTensorNameLength = 64;  // the spec's limit for tensor names
+constexpr uint64_t kMaxTensorNameLength = 64;  // the spec's limit for tensor names (read)
+constexpr uint64_t kGgmlMaxTensorName = 63;     // ggml's (GGML_MAX_NAME 64 with the NUL): what kt writes
 constexpr uint64_t kMinAlignment = 8;
 constexpr uint64_t kMaxAlignment = 1ull << 30;
 
@@ -93,6 +94,9 @@ public:
     const std::vector<KeyValue> &metadata() const { return kvs_; }
     const KeyValue *find(std::string_view key) const;
     const std::vector<TensorInfo> &tensors() const { return tensors_; }
+    // What other readers refuse although kt reads it (ggml: a key that is not valid UTF-8, a tensor name of 64
+    // bytes, tensor data not at Σ PAD(n_bytes) in tensor-info order), one line each; kt's writer never writes these.
+    const std::vector<std::string> &interop_warnings() const { return interop_warnings_; }
     const TensorInfo *find_tensor(std::string_view name) const;
     int64_t tensor_index(std::string_view name) const;  // -1 if absent
 
@@ -118,6 +122,7 @@ private:
     uint64_t data_offset_ = 0;
     std::vector<KeyValue> kvs_;
     std::vector<TensorInfo> tensors_;
+    std::vector<std::string> interop_warnings_;
     std::unordered_map<std::string_view, size_t> kv_index_;
     std::unordered_map<std::string_view, size_t> tensor_index_;
     std::vector<std::unique_ptr<char[]>> arena_;  // NUL-terminated copies of every key, string and name

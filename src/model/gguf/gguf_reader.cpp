@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "core/checked_math.h"
+#include "core/utf8.h"
 #include "model/gguf/gguf.h"
 #include "ops/types.h"
 
@@ -250,6 +251,9 @@ private:
         if (kv.key.empty()) return fail("%s at byte %llu: empty key", entry.c_str(), ull(kv.file_offset));
         const std::string ctx = "key '" + std::string(kv.key) + "' (at byte " + std::to_string(kv.file_offset) + ")";
         if (f_->kv_index_.count(kv.key)) return fail("%s: duplicate key", ctx.c_str());
+        if (!valid_utf8(kv.key))
+            f_->interop_warnings_.push_back("metadata key '" + printable(kv.key) + "' (at byte " + std::to_string(kv.file_offset) +
+                                            ") is not valid UTF-8: llama.cpp refuses the file");
 
         KT_TRY(read_value_type(&kv.type, ctx + " value type"));
         kv.element_type = kv.type;
@@ -308,6 +312,9 @@ private:
         if (t.name.empty()) return fail("%s at byte %llu: empty tensor name", entry.c_str(), ull(t.info_offset));
         const std::string ctx = "tensor '" + std::string(t.name) + "' (info at byte " + std::to_string(t.info_offset) + ")";
         if (f_->tensor_index_.count(t.name)) return fail("%s: duplicate tensor name", ctx.c_str());
+        if (t.name.size() > kGgmlMaxTensorName)
+            f_->interop_warnings_.push_back("tensor '" + printable(t.name) + "' has a " + std::to_string(t.name.size()) +
+                                            "-byte name: ggml takes at most " + std::to_string(kGgmlMaxTensorName));
 
         uint32_t n_dims = 0;
         KT_TRY(read(&n_dims, ctx + " n_dims"));
@@ -384,6 +391,7 @@ private:
                             ull(t.n_bytes), ull(data_size), ull(data_offset));
             t.data = data_ + data_offset + t.offset;
         }
+        note_layout();
         std::sort(order.begin(), order.end(),
                   [&](size_t a, size_t b) { return f_->tensors_[a].offset < f_->tensors_[b].offset; });
         for (size_t i = 1; i < order.size(); ++i) {
@@ -395,6 +403,45 @@ private:
                             static_cast<int>(prev.name.size()), prev.name.data(), ull(prev.offset), ull(prev.n_bytes));
         }
         return Status::ok();
+    }
+
+    // ggml places tensor i at exactly Σ_{j<i} PAD(n_bytes_j, alignment) and refuses anything else (gaps, another
+    // order); kt only needs the ranges to be inside the file and disjoint. The first tensor off that layout is
+    // reported (the ones after it follow from it).
+    void note_layout() {
+        uint64_t expected = 0;
+        for (size_t i = 0; i < f_->tensors_.size(); ++i) {
+            const TensorInfo &t = f_->tensors_[i];
+            if (t.offset != expected) {
+                f_->interop_warnings_.push_back(
+                    "tensor '" + printable(t.name) + "' (info " + std::to_string(i) + ") has its data at offset " +
+                    std::to_string(t.offset) + " where ggml expects " + std::to_string(expected) +
+                    ": llama.cpp needs tensor data in tensor-info order without gaps");
+                return;
+            }
+            uint64_t next;
+            if (!checked_add(expected, t.n_bytes, &next) || !checked_align_up(next, f_->alignment_, &expected)) return;
+        }
+    }
+
+    // A key or name for a message: bytes that are not valid UTF-8, and control characters, as \xNN.
+    static std::string printable(std::string_view s) {
+        std::string out;
+        for (size_t i = 0; i < s.size();) {
+            const size_t n = utf8_sequence_length(s, i);
+            if (n == 0 || static_cast<unsigned char>(s[i]) < 0x20) {
+                static const char kHex[] = "0123456789abcdef";
+                const unsigned char c = static_cast<unsigned char>(s[i]);
+                out += "\\x";
+                out += kHex[c >> 4];
+                out += kHex[c & 15];
+                ++i;
+            } else {
+                out.append(s.substr(i, n));
+                i += n;
+            }
+        }
+        return out;
     }
 
     File *f_;

@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "core/checked_math.h"
+#include "core/utf8.h"
 #include "model/gguf/gguf.h"
 #include "ops/types.h"
 
@@ -120,6 +121,8 @@ Status Writer::check_value(std::string_view key, const Value &value) const {
     const std::string k(key);  // NUL-terminated for the messages
     KT_RETURN_IF(key.empty() || key.size() > kMaxKeyLength, KT_STATUS_INVALID_ARGUMENT,
                  "gguf writer: key '%s' must be 1..%llu bytes", k.c_str(), static_cast<unsigned long long>(kMaxKeyLength));
+    // llama.cpp refuses a file with such a key, and JSON (kt-inspect --json, Python's gguf) cannot hold it.
+    KT_RETURN_IF(!valid_utf8(key), KT_STATUS_INVALID_ARGUMENT, "gguf writer: key '%s' is not valid UTF-8", k.c_str());
     const bool is_array = value.type == ValueType::kArray;
     KT_RETURN_IF(static_cast<uint32_t>(value.element_type) >= kValueTypeCount || value.element_type == ValueType::kArray ||
                      (!is_array && value.type != value.element_type),
@@ -148,9 +151,11 @@ Status Writer::check_value(std::string_view key, const Value &value) const {
 
 Status Writer::tensor_bytes(std::string_view name, int32_t type, const std::vector<int64_t> &ne, uint64_t *n_bytes) {
     const std::string n(name);
-    KT_RETURN_IF(name.empty() || name.size() > kMaxTensorNameLength, KT_STATUS_INVALID_ARGUMENT,
+    // The spec allows 64 bytes, ggml 63 (GGML_MAX_NAME with its NUL): files kt writes load everywhere.
+    KT_RETURN_IF(name.empty() || name.size() > kGgmlMaxTensorName, KT_STATUS_INVALID_ARGUMENT,
                  "gguf writer: tensor name '%s' must be 1..%llu bytes", n.c_str(),
-                 static_cast<unsigned long long>(kMaxTensorNameLength));
+                 static_cast<unsigned long long>(kGgmlMaxTensorName));
+    KT_RETURN_IF(!valid_utf8(name), KT_STATUS_INVALID_ARGUMENT, "gguf writer: tensor name '%s' is not valid UTF-8", n.c_str());
     const ops::TypeTraits *traits = ops::type_traits(type);
     KT_RETURN_IF(!traits, KT_STATUS_INVALID_ARGUMENT, "gguf writer: tensor '%s' has unknown type %d", n.c_str(), type);
     KT_RETURN_IF(ne.empty() || ne.size() > kMaxDims, KT_STATUS_INVALID_ARGUMENT,

@@ -40,14 +40,16 @@ public:
 
     Status forward(const float *x, int64_t n_tokens, float *y, ThreadPool &pool) const override {
         const int64_t K = w_.cols, N = w_.rows;
-        // Output rows are split over the threads; each dequantizes its rows into its own buffer.
-        std::vector<float> rows(w_.type == KT_TYPE_F32 ? 0 : static_cast<size_t>(K * pool.size()));
+        // Output rows are split over the threads; each dequantizes its rows into its own buffer. F32 rows are read
+        // in place and need none (and an offset into the empty buffer would be undefined behaviour).
+        const bool dequantize = w_.type != KT_TYPE_F32;
+        std::vector<float> rows(dequantize ? static_cast<size_t>(K * pool.size()) : 0);
         return pool.parallel_for(N, kRowGrain, [&](int64_t begin, int64_t end, int thread) {
-            float *row = rows.data() + thread * K;
+            float *row = dequantize ? rows.data() + thread * K : nullptr;
             for (int64_t n = begin; n < end; ++n) {
                 const uint8_t *src = w_.data + n * w_.row_bytes;
                 const float *wrow = reinterpret_cast<const float *>(src);
-                if (w_.type != KT_TYPE_F32) {
+                if (dequantize) {
                     ref::dequantize_row(w_.type, src, row, K);
                     wrow = row;
                 }

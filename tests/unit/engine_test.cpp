@@ -397,7 +397,7 @@ TEST_CASE("engine: prompt prefixes are reused across requests and turns, with th
 TEST_CASE("engine: under a tiny KV budget sequences are preempted, resumed, and all finish correctly") {
     for (bool fast : {false, true}) {
         INFO((fast ? "expert engine kernels" : "reference kernels"));
-        TestModel m(tiny_spec(), fast);
+        TestModel m(fast ? tiny_spec_q8_0() : tiny_spec(), fast);  // Q8_0: see tiny_spec_q8_0
         EngineParams ep;
         ep.n_ctx = 64;                      // 4 blocks of 16 per sequence
         ep.max_sequences = 6;

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/utf8.h"
 #include "request_parser.h"
 #include "text_output.h"
 
@@ -23,20 +24,8 @@ using namespace kt_server;
 }
 
 bool valid_utf8(const std::string &s) {
-    for (size_t i = 0; i < s.size();) {
-        const unsigned char c = static_cast<unsigned char>(s[i]);
-        const int n = c < 0x80 ? 0 : (c >> 5) == 6 ? 1 : (c >> 4) == 14 ? 2 : (c >> 3) == 30 ? 3 : -1;  // continuation bytes
-        if (n < 0 || s.size() - i <= static_cast<size_t>(n)) return false;
-        uint32_t cp = n == 0 ? c : n == 1 ? c & 0x1Fu : n == 2 ? c & 0x0Fu : c & 0x07u;
-        for (int k = 1; k <= n; ++k) {
-            const unsigned char d = static_cast<unsigned char>(s[i + static_cast<size_t>(k)]);
-            if ((d >> 6) != 2) return false;
-            cp = (cp << 6) | (d & 0x3Fu);
-        }
-        const uint32_t smallest[] = {0, 0x80, 0x800, 0x10000};  // shorter forms are overlong
-        if (cp < smallest[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-        i += static_cast<size_t>(n) + 1;
-    }
+    for (size_t i = 0, n = 0; i < s.size(); i += n)
+        if ((n = kt::utf8_sequence_length(s, i)) == 0) return false;
     return true;
 }
 

@@ -139,6 +139,7 @@ private:
         m.rows = t.ne[1];
         m.row_bytes = ops::row_bytes(*ops::type_traits(t.type), t.ne[0]);
         m.name = t.name.data();
+        m.mapping = &file_.bytes();
         return m;
     }
 

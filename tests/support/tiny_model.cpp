@@ -5,13 +5,41 @@
 #include <cstring>
 #include <map>
 
+#include "core/fp16.h"
 #include "mem/mapped_file.h"
 #include "model/model.h"
 #include "support/test_support.h"
 
 namespace kt::test {
 
-std::vector<uint8_t> write_tiny_model(const TinyModel &spec) {
+namespace {
+
+// Q8_0 blocks (an f16 scale, then 32 int8) of uniform random quants scaled to standard deviation `sigma`. A splitmix64
+// stream gives 8 quants per step: far cheaper than drawing normals and quantizing them, which matters at 100s of MB.
+std::vector<uint8_t> random_q8_0(size_t n, uint64_t seed, float sigma) {
+    constexpr size_t kBlock = 32, kBlockBytes = 2 + kBlock;
+    std::vector<uint8_t> bytes(n / kBlock * kBlockBytes);
+    // Uniform quants in [-127, 127] have standard deviation 127 / sqrt(3).
+    const uint16_t scale = f32_to_fp16(sigma * std::sqrt(3.0f) / 127.0f);
+    uint64_t state = seed * 0x9E3779B97F4A7C15ull;
+    for (size_t b = 0; b < n / kBlock; ++b) {
+        uint8_t *block = bytes.data() + b * kBlockBytes;
+        std::memcpy(block, &scale, 2);
+        for (size_t i = 0; i < kBlock; i += 8) {
+            uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+            z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+            z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+            z ^= z >> 31;
+            for (size_t j = 0; j < 8; ++j) {
+                const int8_t q = static_cast<int8_t>(static_cast<uint8_t>(z >> (8 * j)));
+                block[2 + i + j] = static_cast<uint8_t>(q == -128 ? -127 : q);
+            }
+        }
+    }
+    return bytes;
+}
+
+gguf::Writer tiny_model_writer(const TinyModel &spec) {
     const std::string a = spec.arch + ".";
     std::vector<std::pair<std::string, gguf::Value>> keys = {
         {"general.architecture", gguf::Value::str(spec.arch)},
@@ -62,6 +90,12 @@ std::vector<uint8_t> write_tiny_model(const TinyModel &spec) {
     auto add = [&](const std::string &name, const std::vector<int64_t> &ne, float mean, float sigma) {
         size_t n = 1;
         for (int64_t d : ne) n *= static_cast<size_t>(d);
+        REQUIRE((spec.weight_type == KT_TYPE_F32 || spec.weight_type == KT_TYPE_Q8_0));
+        if (spec.weight_type == KT_TYPE_Q8_0 && ne.size() >= 2) {
+            REQUIRE(mean == 0.0f);
+            w.add_tensor_bytes(name, KT_TYPE_Q8_0, ne, random_q8_0(n, ++seed, sigma));
+            return;
+        }
         std::vector<float> v = random_normal(n, ++seed, sigma);
         for (float &x : v) x += mean;
         std::vector<uint8_t> bytes(n * sizeof(float));
@@ -82,11 +116,24 @@ std::vector<uint8_t> write_tiny_model(const TinyModel &spec) {
         }
     }
     for (const auto &[name, ne] : spec.extra_tensors) add(name, ne, 0.0f, 1.0f);
+    return w;
+}
+
+}  // namespace
+
+std::vector<uint8_t> write_tiny_model(const TinyModel &spec) {
+    const gguf::Writer w = tiny_model_writer(spec);
     std::vector<uint8_t> bytes;
     const Status written = w.write_buffer(&bytes);
     INFO(written.message());
     REQUIRE(written.is_ok());
     return bytes;
+}
+
+void write_tiny_model_file(const TinyModel &spec, const std::string &path) {
+    const Status written = tiny_model_writer(spec).write_file(path);
+    INFO(written.message());
+    REQUIRE(written.is_ok());
 }
 
 }  // namespace kt::test

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <string>
@@ -173,4 +174,101 @@ TEST_CASE("MappedFile::drop_pages gives back whole pages of a mapping only") {
     CHECK(std::memcmp(heap.data(), bytes.data(), bytes.size()) == 0);
     const kt::mem::MappedFile borrowed = kt::mem::MappedFile::borrow(bytes.data(), bytes.size());
     CHECK(borrowed.drop_pages(bytes.data(), bytes.size()) == 0);
+}
+
+namespace {
+
+struct ProgressLog {
+    std::vector<float> fractions;
+    float cancel_above = 2.0f;  // returns non-zero for the first fraction above this
+    int calls_after_cancel = 0;
+    bool cancelled = false;
+};
+
+int32_t log_progress(float fraction, void *user_data) {
+    auto *log = static_cast<ProgressLog *>(user_data);
+    if (log->cancelled) ++log->calls_after_cancel;
+    log->fractions.push_back(fraction);
+    if (fraction > log->cancel_above) log->cancelled = true;
+    return log->cancelled ? 1 : 0;
+}
+
+std::vector<float> engine_logits(kt_model *model) {
+    kt_context_params cp;
+    kt_context_params_init(&cp);
+    cp.n_ctx = 16;
+    kt_context *ctx = nullptr;
+    REQUIRE(kt_context_create(model, &cp, &ctx, nullptr) == KT_STATUS_OK);
+    const int32_t prompt[] = {2, 7, 1, 8};
+    REQUIRE(kt_context_decode(ctx, prompt, 4, KT_LOGITS_LAST) == KT_STATUS_OK);
+    const float *l = nullptr;
+    REQUIRE(kt_context_logits(ctx, -1, &l, nullptr) == KT_STATUS_OK);
+    std::vector<float> v(l, l + kt_context_n_vocab(ctx));
+    kt_context_free(ctx);
+    return v;
+}
+
+}  // namespace
+
+TEST_CASE("kt_model_load with prepare packs the weights, reporting each tensor, and can be cancelled while packing") {
+    kt::test::TinyModel spec;
+    spec.weight_type = KT_TYPE_Q8_0;
+    spec.n_embd = 256;
+    spec.n_ff = 256;
+    spec.n_expert = 8;
+    spec.n_vocab = 512;
+    TempDir dir;
+    const std::string path = dir.file("tiny.gguf");
+    kt::test::write_tiny_model_file(spec, path);
+
+    kt_model_params mp;
+    kt_model_params_init(&mp);
+    CHECK(mp.prepare == 0);
+    CHECK(mp.n_threads == 0);
+    mp.prepare = 1;
+    mp.n_threads = 2;
+    ProgressLog log;
+    mp.progress_callback = log_progress;
+    mp.progress_user_data = &log;
+    kt_model *model = nullptr;
+    REQUIRE(kt_model_load(path.c_str(), &mp, &model, nullptr) == KT_STATUS_OK);
+    REQUIRE(!log.fractions.empty());
+    for (size_t i = 1; i < log.fractions.size(); ++i) CHECK(log.fractions[i - 1] <= log.fractions[i]);
+    CHECK(log.fractions.back() == 1.0f);
+    CHECK(std::count(log.fractions.begin(), log.fractions.end(), 1.0f) == 1);
+    // Packing reports after every kernel: per layer q, k, v, o, the router and the expert stack; then the head.
+    const auto packing = std::count_if(log.fractions.begin(), log.fractions.end(), [](float f) { return f > 0.2f && f < 1.0f; });
+    CHECK(packing >= 6 * spec.n_layer + 1);
+
+    // The prepared model runs as one prepared by its first context.
+    kt_model *plain = nullptr;
+    REQUIRE(kt_model_load(path.c_str(), nullptr, &plain, nullptr) == KT_STATUS_OK);
+    CHECK(engine_logits(model) == engine_logits(plain));
+    kt_model_free(plain);
+    kt_model_free(model);
+
+    SECTION("cancelled while packing: nothing is returned and the callback is not called again") {
+        ProgressLog cancel;
+        cancel.cancel_above = 0.5f;
+        mp.progress_user_data = &cancel;
+        kt_error err = {sizeof(kt_error), 0, {0}};
+        kt_model *cancelled = reinterpret_cast<kt_model *>(&cancel);  // overwritten with NULL
+        CHECK(kt_model_load(path.c_str(), &mp, &cancelled, &err) == KT_STATUS_CANCELLED);
+        CHECK(cancelled == nullptr);
+        CHECK(err.status == KT_STATUS_CANCELLED);
+        CHECK(std::string(err.message).find("cancelled") != std::string::npos);
+        CHECK(cancel.cancelled);
+        CHECK(cancel.fractions.back() < 1.0f);
+        CHECK(cancel.calls_after_cancel == 0);
+    }
+    SECTION("prepare other than 0 or 1, or negative threads, is refused") {
+        mp.progress_callback = nullptr;
+        mp.prepare = 2;
+        kt_model *refused = nullptr;
+        CHECK(kt_model_load(path.c_str(), &mp, &refused, nullptr) == KT_STATUS_INVALID_ARGUMENT);
+        mp.prepare = 1;
+        mp.n_threads = -1;
+        CHECK(kt_model_load(path.c_str(), &mp, &refused, nullptr) == KT_STATUS_INVALID_ARGUMENT);
+        CHECK(refused == nullptr);
+    }
 }

@@ -88,7 +88,8 @@ int64_t context_length(const ServerOptions &o, const kt_model *model) {
 
 std::atomic<bool> g_stop_loading{false};
 
-int32_t keep_loading(float, void *) { return g_stop_loading ? 0 : 1; }
+// 0 continues the load; SIGTERM while loading cancels it (kt.h 0.2.0: every callback continues on 0).
+int32_t keep_loading(float, void *) { return g_stop_loading ? 1 : 0; }
 
 }  // namespace
 

@@ -172,7 +172,9 @@ KT_API int64_t kt_type_block_bytes(int32_t type);
 
 typedef struct kt_model kt_model;
 
-/* Called during loading with the fraction done in [0, 1] (monotone; 1 is reported exactly once, at the end).
+/* Called during loading with the fraction done in [0, 1] (monotone; 1 is reported exactly once, at the end):
+ * while the file is read or prefetched and, with kt_model_params.prepare, after each tensor the expert engine has
+ * packed. Only ever called from within kt_model_load, on its thread.
  * Return 0 to continue, non-zero to cancel: kt_model_load then frees everything and returns KT_STATUS_CANCELLED. */
 typedef int32_t (*kt_progress_callback)(float progress, void *user_data);
 
@@ -184,6 +186,14 @@ typedef struct kt_model_params {
     int32_t reserved0;          /* must be 0 */
     kt_progress_callback progress_callback; /* default NULL */
     void *progress_user_data;
+    /* Added after the fields above: a caller built against an older kt.h (smaller struct_size) gets 0 for both. */
+    int32_t prepare;            /* default 0: the weights are packed for the expert engine by the first
+                                   KT_KERNELS_AUTO context or engine; 1: kt_model_load packs them now, reporting
+                                   progress per tensor and logging the packing rate (KT_LOG_INFO). Either way a
+                                   mapped file's pages are given back once packed, so the loaded model holds about
+                                   the file's size of memory, not two copies */
+    int32_t n_threads;          /* with prepare: threads of the packing and of the model's expert engine, which the
+                                   contexts and engines created later share (0: one per physical core) */
 } kt_model_params;
 
 /* Fills *params with struct_size and the defaults above. */

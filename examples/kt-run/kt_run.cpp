@@ -10,6 +10,7 @@
 // n_vocab, position-major, for comparison with other implementations. Timing goes to stderr.
 // Exit status: 0 on success, 1 when kt reports an error, 2 on a usage error.
 #include <cerrno>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +22,8 @@
 #include "kt.h"
 
 namespace {
+
+void log_to_stderr(int32_t, const char *message, void *) { std::fprintf(stderr, "kt: %s\n", message); }
 
 int usage(const char *message = nullptr) {
     if (message) std::fprintf(stderr, "kt-run: %s\n\n", message);
@@ -38,6 +41,7 @@ int usage(const char *message = nullptr) {
                  "      --kernels K         auto (default) or reference (exact f32 math, slow)\n"
                  "      --logits FILE       write the prompt's logits (f32, n_tokens x n_vocab) to FILE\n"
                  "      --ignore-eos        do not stop at the vocabulary's end-of-sequence token\n"
+                 "  -v, --verbose           kt's log on standard error (loading, the packing rate)\n"
                  "sampling (default: greedy):\n"
                  "      --temp T            temperature (0: greedy)\n"
                  "      --top-k N           --top-p P   --min-p P\n"
@@ -107,6 +111,10 @@ int main(int argc, char **argv) {
             (a == "--ids" ? print_ids : ignore_eos) = true;
             continue;
         }
+        if (a == "-v" || a == "--verbose") {
+            kt_log_set(log_to_stderr, nullptr, KT_LOG_INFO);
+            continue;
+        }
         if (!(v = value())) return usage(("missing value for " + a).c_str());
         if (a == "-m" || a == "--model") model_path = v;
         else if (a == "-p" || a == "--prompt") prompt_text = v;
@@ -140,7 +148,14 @@ int main(int argc, char **argv) {
 
     kt_error err = {sizeof(kt_error), 0, {0}};
     kt_model *model = nullptr;
-    if (kt_model_load(model_path.c_str(), nullptr, &model, &err) != KT_STATUS_OK) return fail("load", err.message);
+    kt_model_params mp;
+    kt_model_params_init(&mp);
+    // The engine's kernels are built while loading, where the load's progress and time belong.
+    mp.prepare = cp.kernels == KT_KERNELS_AUTO;
+    mp.n_threads = cp.n_threads;
+    const auto load_start = std::chrono::steady_clock::now();
+    if (kt_model_load(model_path.c_str(), &mp, &model, &err) != KT_STATUS_OK) return fail("load", err.message);
+    const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
     kt_vocab_info vocab;
     vocab.struct_size = sizeof vocab;
     const bool has_vocab = kt_vocab_get_info(model, &vocab) == KT_STATUS_OK;
@@ -238,6 +253,7 @@ int main(int argc, char **argv) {
         static const char *reasons[] = {"max tokens", "stop token", "callback", "context full"};
         const double prompt_seconds = after_prompt.prefill_seconds + after_prompt.decode_seconds;
         const double gen_seconds = perf.prefill_seconds + perf.decode_seconds - prompt_seconds;
+        std::fprintf(stderr, "load: %.3f s\n", load_seconds);
         std::fprintf(stderr, "prompt: %zu tokens in %.3f s (%.2f tokens/s)\n", prompt.size(), prompt_seconds,
                      prompt_seconds > 0 ? static_cast<double>(prompt.size()) / prompt_seconds : 0.0);
         if (generation_ran)

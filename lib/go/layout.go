@@ -51,6 +51,8 @@ func cLayouts() []structLayout {
 			{"reserved0", unsafe.Offsetof(modelParamsStruct.reserved0), unsafe.Sizeof(modelParamsStruct.reserved0)},
 			{"progress_callback", unsafe.Offsetof(modelParamsStruct.progress_callback), unsafe.Sizeof(modelParamsStruct.progress_callback)},
 			{"progress_user_data", unsafe.Offsetof(modelParamsStruct.progress_user_data), unsafe.Sizeof(modelParamsStruct.progress_user_data)},
+			{"prepare", unsafe.Offsetof(modelParamsStruct.prepare), unsafe.Sizeof(modelParamsStruct.prepare)},
+			{"n_threads", unsafe.Offsetof(modelParamsStruct.n_threads), unsafe.Sizeof(modelParamsStruct.n_threads)},
 		}},
 		{"kt_tensor_info", unsafe.Sizeof(tensorInfoStruct), []fieldLayout{
 			{"struct_size", unsafe.Offsetof(tensorInfoStruct.struct_size), unsafe.Sizeof(tensorInfoStruct.struct_size)},

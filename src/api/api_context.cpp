@@ -1,5 +1,6 @@
 // kt_context_*: running a model (decode, logits, sampling, generation, performance counters).
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstring>
 
@@ -68,7 +69,8 @@ Status require(bool condition, const char *what) {
     return Status::error(KT_STATUS_INVALID_ARGUMENT, "%s", what);
 }
 
-Status prepared_model(kt_model *model, int32_t kernels, int32_t n_threads, std::shared_ptr<const model::Model> *out) {
+Status prepared_model(kt_model *model, int32_t kernels, int32_t n_threads, std::shared_ptr<const model::Model> *out,
+                      const model::Model::Progress &progress) {
     std::lock_guard<std::mutex> lock(model->runners_mutex);
     std::shared_ptr<const kt::model::Model> &slot = model->runners[kernels];
     if (!slot) {
@@ -82,12 +84,17 @@ Status prepared_model(kt_model *model, int32_t kernels, int32_t n_threads, std::
             factory = model->engine.get();
         }
         std::unique_ptr<kt::model::Model> m;
-        KT_TRY(kt::model::Model::load(*model->file, *factory, &m));
-        KT_LOG_INFO_MSG("%s: %s, %lld layers, hidden %lld, %lld experts (%lld used), vocabulary %lld; kernels: %s",
+        const auto start = std::chrono::steady_clock::now();
+        KT_TRY(kt::model::Model::load(*model->file, *factory, &m, progress));
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        // The rate counts the file's bytes (as stored) that were bound and packed, per second of wall time.
+        KT_LOG_INFO_MSG("%s: %s, %lld layers, hidden %lld, %lld experts (%lld used), vocabulary %lld; kernels: %s; "
+                        "%.2f GB of weights prepared in %.2f s (%.2f GB/s)",
                         model->file->source_name().c_str(), m->hp.arch.c_str(), static_cast<long long>(m->hp.n_layer),
                         static_cast<long long>(m->hp.n_embd), static_cast<long long>(m->hp.n_expert),
                         static_cast<long long>(m->hp.n_expert_used), static_cast<long long>(m->hp.n_vocab),
-                        m->kernels->name());
+                        m->kernels->name(), static_cast<double>(m->weight_bytes) * 1e-9, seconds,
+                        seconds > 0 ? static_cast<double>(m->weight_bytes) * 1e-9 / seconds : 0.0);
         slot = std::move(m);
     }
     *out = slot;

@@ -97,7 +97,9 @@ Status source_from_model(const kt::gguf::File &file, const std::string &name, kt
     *ne0 = t->ne[0];
     *ne1 = t->ne[1];
     *ne2 = t->ne[2];
-    return kt::moe::make_source(t->type, t->data, t->ne[1] * t->ne[2], t->ne[0], out).with_context(name);
+    KT_TRY(kt::moe::make_source(t->type, t->data, t->ne[1] * t->ne[2], t->ne[0], out).with_context(name));
+    out->drop_after_packing = &file.bytes();  // a page read again (another pool, a context) comes back from the file
+    return Status::ok();
 }
 
 void describe(kt_expert_pool *h) {

@@ -118,7 +118,9 @@ Status require(bool condition, const char *what);
 
 // The model prepared for `kernels`, built once per kt_model and shared by its contexts and engines. n_threads: the
 // expert engine's (the first AUTO user's choice).
-Status prepared_model(kt_model *model, int32_t kernels, int32_t n_threads, std::shared_ptr<const model::Model> *out);
+// `progress` (may be null) hears of each tensor packed when this call is the one that prepares the model.
+Status prepared_model(kt_model *model, int32_t kernels, int32_t n_threads, std::shared_ptr<const model::Model> *out,
+                      const model::Model::Progress &progress = nullptr);
 
 // The sampler settings of a (possibly NULL) caller struct; NULL means greedy.
 Status read_sampler(const kt_sampler_params *given, runtime::SamplerParams *out);

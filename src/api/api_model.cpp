@@ -48,13 +48,20 @@ Status load_model(const char *path, const kt_model_params &params, kt_model **ou
     KT_TRY(require(out != nullptr, "kt_model_load: out_model is NULL"));
     KT_TRY(require(params.reserved0 == 0, "kt_model_load: params.reserved0 must be 0"));
 
+    KT_TRY(require(params.prepare == 0 || params.prepare == 1, "kt_model_load: params.prepare must be 0 or 1"));
+    KT_TRY(require(params.n_threads >= 0, "kt_model_load: params.n_threads is negative"));
+
     Progress progress(params);
-    // Reading without mmap is the bulk of the work, so it gets most of the bar; with mmap, prefetching does.
+    // Reading without mmap is the bulk of the work, so it gets most of the bar; with mmap, prefetching does. When the
+    // weights are packed too, that takes longer than reading them from the page cache: the file gets the first
+    // fifth of the bar and the packing the rest.
     const bool prefetching = params.use_mmap && params.prefetch;
+    const float file_share = params.prepare ? 0.2f : 1.0f;
     kt::mem::MappedFile bytes;
     KT_TRY(kt::mem::MappedFile::open(path, params.use_mmap != 0,
                                      [&](uint64_t done, uint64_t total) {
-                                         return progress.report(0.95f * static_cast<float>(done) / static_cast<float>(total));
+                                         return progress.report(file_share * 0.95f * static_cast<float>(done) /
+                                                                static_cast<float>(total));
                                      },
                                      &bytes));
     auto model = std::make_unique<kt_model>();
@@ -67,8 +74,17 @@ Status load_model(const char *path, const kt_model_params &params, kt_model **ou
             file.bytes().prefetch(at, std::min(kPrefetchStep, end - at));
             const float done = static_cast<float>(std::min(at + kPrefetchStep, end) - begin) /
                                static_cast<float>(end - begin);
-            KT_RETURN_IF(!progress.report(0.99f * done), KT_STATUS_CANCELLED, "%s: loading cancelled", path);
+            KT_RETURN_IF(!progress.report(file_share * 0.99f * done), KT_STATUS_CANCELLED, "%s: loading cancelled",
+                         path);
         }
+    }
+    if (params.prepare) {
+        std::shared_ptr<const kt::model::Model> prepared;
+        KT_TRY(kt::api::prepared_model(model.get(), KT_KERNELS_AUTO, params.n_threads, &prepared,
+                                       [&](uint64_t done, uint64_t total) {
+                                           const float packed = static_cast<float>(done) / static_cast<float>(total);
+                                           return progress.report(file_share + (1.0f - file_share) * 0.99f * packed);
+                                       }));
     }
     KT_RETURN_IF(!progress.report(1.0f), KT_STATUS_CANCELLED, "%s: loading cancelled", path);
     KT_LOG_INFO_MSG("loaded %s: GGUF v%u, %zu metadata keys, %zu tensors, %llu bytes", path, file.version(),

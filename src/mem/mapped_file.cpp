@@ -116,4 +116,17 @@ void MappedFile::prefetch(uint64_t offset, uint64_t length) const {
     (void)sink;
 }
 
+uint64_t MappedFile::drop_pages(const uint8_t *begin, uint64_t length) const {
+    if (!mapped_ || !owned_ || begin < data_ || begin > data_ + size_ || length > size_) return 0;
+    const uint64_t offset = static_cast<uint64_t>(begin - data_);
+    if (length > size_ - offset) return 0;
+    // The mapping starts on a page boundary, so offsets within it round like addresses.
+    const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    const uint64_t first = (offset + page - 1) / page * page, end = (offset + length) / page * page;
+    if (end <= first) return 0;
+    // MADV_DONTNEED cannot fail on a valid range of our own mapping; should it anyway, the pages just stay.
+    if (madvise(const_cast<uint8_t *>(data_) + first, end - first, MADV_DONTNEED) != 0) return 0;
+    return end - first;
+}
+
 }  // namespace kt::mem

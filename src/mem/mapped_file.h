@@ -36,6 +36,14 @@ public:
     // a no-op otherwise.
     void prefetch(uint64_t offset, uint64_t length) const;
 
+    // Gives back the resident pages wholly inside [begin, begin + length) once their bytes have been copied out
+    // (repacked at load), so that a model does not hold its packed copy and the mapping side by side. Pages only
+    // partly inside the range stay: a neighbouring tensor may still need them. Safe for any reader at any time: the
+    // mapping is read-only and private, so its pages are never dirty and a later read faults them in again from the
+    // file. A no-op for a file read into memory or borrowed bytes (dropping those would lose them) and for ranges
+    // outside the mapping. Returns the bytes given back.
+    uint64_t drop_pages(const uint8_t *begin, uint64_t length) const;
+
 private:
     void release();
 

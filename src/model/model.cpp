@@ -24,8 +24,11 @@ std::string shape_text(const int64_t *ne, int n) {
 // every missing tensor by name, or the first other error.
 class Binder final : public TensorTable {
 public:
-    Binder(const gguf::File &file, const ops::KernelFactory &kernels, const std::string &arch)
-        : file_(file), kernels_(kernels), arch_(arch) {}
+    Binder(const gguf::File &file, const ops::KernelFactory &kernels, const std::string &arch,
+           const Model::Progress &progress)
+        : file_(file), kernels_(kernels), arch_(arch), progress_(progress) {
+        for (const gguf::TensorInfo &t : file_.tensors()) total_bytes_ += t.n_bytes;
+    }
 
     void embedding(const std::string &name, int64_t n_embd, int64_t n_vocab, Embedding &slot) override {
         const gguf::TensorInfo *t = bind(name + ".weight", kRequired, {n_embd, n_vocab});
@@ -45,6 +48,7 @@ public:
         if (need & (kBias | kOptionalBias)) bind_vector(name + ".bias", out, (need & kBias) ? kRequired : kOptional, slot.bias);
         if (!ok()) return;
         keep(kernels_.make_linear(matrix(*t), slot.bias.data(), &slot.linear));
+        built(t->n_bytes);
     }
 
     void ffn(const std::string &prefix, const std::string &suffix, int64_t n_embd, int64_t n_ff, int64_t n_expert,
@@ -71,6 +75,7 @@ public:
         if (!slot.gate || !slot.up || !slot.down || !ok()) return;
         keep(kernels_.make_experts(stack_of(*slot.gate), stack_of(*slot.up), stack_of(*slot.down), options,
                                    &slot.experts));
+        built(slot.gate->n_bytes + slot.up->n_bytes + slot.down->n_bytes);
     }
 
     void stack(const std::string &name, int64_t in, int64_t out, int64_t count, uint32_t need, Stack &slot) override {
@@ -80,6 +85,7 @@ public:
         const ops::MatrixStack s = stack_of(*t);
         slot.linears.resize(static_cast<size_t>(count));
         for (int64_t i = 0; i < count && ok(); ++i) keep(kernels_.make_linear(s.at(i), nullptr, &slot.linears[static_cast<size_t>(i)]));
+        built(t->n_bytes);
     }
 
     void split_kv_b(const std::string &name, int64_t kv_lora, int64_t qk_nope, int64_t v_head, int64_t n_head,
@@ -121,6 +127,7 @@ public:
             keep(kernels_.make_linear(k, nullptr, &k_b.linears[static_cast<size_t>(h)]));
             keep(kernels_.make_linear(v, nullptr, &v_b.linears[static_cast<size_t>(h)]));
         }
+        built(t->n_bytes);
     }
 
     void skip(const std::string &prefix) override { skipped_.push_back(prefix); }
@@ -158,6 +165,12 @@ private:
     }
     void keep(Status s) {
         if (!s.is_ok()) fail(std::move(s));
+    }
+    // Reports a kernel built from `bytes` of the file; the caller's refusal stops the binding.
+    void built(uint64_t bytes) {
+        done_bytes_ += bytes;
+        if (ok() && progress_ && !progress_(done_bytes_, total_bytes_))
+            fail(Status(KT_STATUS_CANCELLED, "loading cancelled"));  // finish() names the file
     }
 
     Status unsupported_type(const gguf::TensorInfo &t) const {
@@ -209,6 +222,7 @@ private:
         m.rows = t.ne[1];
         m.row_bytes = ops::row_bytes(*ops::type_traits(t.type), t.ne[0]);
         m.name = t.name.data();
+        m.mapping = &file_.bytes();
         return m;
     }
 
@@ -227,6 +241,8 @@ private:
     Status first_error_;
     std::set<std::string_view> used_;
     std::vector<std::string> skipped_;  // name prefixes of tensors the architecture does not compute
+    const Model::Progress &progress_;
+    uint64_t done_bytes_ = 0, total_bytes_ = 0;
 };
 
 // The planner's TensorTable: records what the architecture asks for.
@@ -303,14 +319,15 @@ Status list_tensors(const gguf::File &file, std::vector<TensorSpec> *out) {
     return Status::ok();
 }
 
-Status Model::load(const gguf::File &file, const ops::KernelFactory &kernels, std::unique_ptr<Model> *out) {
+Status Model::load(const gguf::File &file, const ops::KernelFactory &kernels, std::unique_ptr<Model> *out,
+                   const Progress &progress) {
     auto m = std::make_unique<Model>();
     m->file = &file;
     m->kernels = &kernels;
     KT_TRY(read_architecture(file, &m->arch, &m->hp));
 
     m->w.layers.resize(static_cast<size_t>(m->hp.n_layer));
-    Binder binder(file, kernels, m->hp.arch);
+    Binder binder(file, kernels, m->hp.arch, progress);
     m->arch->for_each_tensor(m->hp, m->w, binder);
     KT_TRY(binder.finish(&m->weight_bytes).with_context(file.source_name()));
     *out = std::move(m);

@@ -4,6 +4,7 @@
 // load, so any number of contexts may run it at once.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,10 +24,15 @@ struct Model {
     const ops::KernelFactory *kernels = nullptr;
     uint64_t weight_bytes = 0;  // bytes of every tensor the model uses, as stored in the file
 
+    // Called after each kernel built (a projection, an FFN's expert stack, a stack of per-head projections) with
+    // the file bytes of the tensors bound so far and of all of them. Return false to cancel the load.
+    using Progress = std::function<bool(uint64_t done_bytes, uint64_t total_bytes)>;
+
     // Finds the architecture, reads and validates its hyperparameters, binds every tensor of its table (shape
     // and type checked; a missing tensor or one the architecture does not use is an error naming it) and builds
-    // the kernels.
-    static Status load(const gguf::File &file, const ops::KernelFactory &kernels, std::unique_ptr<Model> *out);
+    // the kernels. A cancelled load returns KT_STATUS_CANCELLED and nothing it built.
+    static Status load(const gguf::File &file, const ops::KernelFactory &kernels, std::unique_ptr<Model> *out,
+                       const Progress &progress = nullptr);
 };
 
 // One tensor an architecture uses, as its table lists it for a file's hyperparameters.

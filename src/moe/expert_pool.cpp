@@ -265,7 +265,19 @@ Status ExpertPool::load(const MatrixSource &gate, const MatrixSource &up, const 
         granularity_ = gran;
         allocated_ = true;
     }
-    KT_TRY(pack_experts(gate, up, down, first_expert, n));
+    // Sources in a file mapping are packed a few experts at a time, each batch's pages given back before the next
+    // (MatrixSource::drop_after_packing), so that the packed copy grows while the mapping shrinks instead of the
+    // two being resident side by side. A batch gives every thread of a group at least two pack items.
+    const bool dropping = gate.drop_after_packing || up.drop_after_packing || down.drop_after_packing;
+    const int64_t batch = dropping ? std::max<int64_t>(4, (2 * executor_->threads() + 2) / 3) : n;
+    for (int64_t j0 = 0; j0 < n; j0 += batch) {
+        const int64_t j1 = std::min(n, j0 + batch);
+        KT_TRY(pack_experts(rows_of(gate, j0 * I, j1 * I), rows_of(up, j0 * I, j1 * I), rows_of(down, j0 * H, j1 * H),
+                            first_expert + j0, j1 - j0));
+        drop_packed_rows(gate, j0 * I, j1 * I);
+        drop_packed_rows(up, j0 * I, j1 * I);
+        drop_packed_rows(down, j0 * H, j1 * H);
+    }
     loaded_ = true;
     info_.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     KT_LOG_INFO_MSG("expert pool: loaded experts [%lld, %lld) of %lld (gate %s, up %s, down %s), %.1f MiB packed in %.2f s",

@@ -43,6 +43,7 @@ Status PackedLinear::create(const MatrixSource &w, TargetFormat format, const fl
     else
         pack(0, layout.panels, 0);
     KT_TRY(std::move(failed));
+    drop_packed_rows(w, 0, w.rows);
     *out = std::move(l);
     return Status::ok();
 }

@@ -44,6 +44,18 @@ int8_t quantize_int4(float w, float scale) {
 // ------------------------------------------------------------------------------------------------------------
 // Sources and specs
 
+MatrixSource rows_of(const MatrixSource &src, int64_t r0, int64_t r1) {
+    MatrixSource part = src;
+    part.data = src.data + r0 * src.row_bytes;
+    part.rows = r1 - r0;
+    return part;
+}
+
+uint64_t drop_packed_rows(const MatrixSource &src, int64_t r0, int64_t r1) {
+    if (!src.drop_after_packing || r1 <= r0) return 0;
+    return src.drop_after_packing->drop_pages(src.data + r0 * src.row_bytes, static_cast<uint64_t>((r1 - r0) * src.row_bytes));
+}
+
 Status make_source(int32_t type, const void *data, int64_t rows, int64_t cols, MatrixSource *out) {
     const ops::TypeTraits *t = ops::type_traits(type);
     KT_RETURN_IF(!t || !ref::can_dequantize(type), KT_STATUS_UNSUPPORTED, "weights: type %d cannot be read", type);

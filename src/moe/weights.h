@@ -12,6 +12,7 @@
 
 #include "backends/cpu/packed.h"
 #include "core/status.h"
+#include "mem/mapped_file.h"
 
 namespace kt::moe {
 
@@ -22,7 +23,17 @@ struct MatrixSource {
     int64_t rows = 0;
     int64_t cols = 0;
     int64_t row_bytes = 0;
+    // When set, `data` lies in this read-only file mapping and nothing needs those pages resident once they are
+    // packed: packing gives them back as it goes (MappedFile::drop_pages; a later read faults them in again), so a
+    // model does not hold its packed copy and the file side by side.
+    const mem::MappedFile *drop_after_packing = nullptr;
 };
+
+// Rows [r0, r1) of src as a source of their own (0 <= r0 <= r1 <= src.rows).
+MatrixSource rows_of(const MatrixSource &src, int64_t r0, int64_t r1);
+
+// Gives back the pages of rows [r0, r1) of a source marked drop_after_packing (else nothing); the bytes dropped.
+uint64_t drop_packed_rows(const MatrixSource &src, int64_t r0, int64_t r1);
 
 // Validates and describes a dense row-major matrix of `type` (cols must be a multiple of the type's block).
 Status make_source(int32_t type, const void *data, int64_t rows, int64_t cols, MatrixSource *out);

@@ -12,6 +12,7 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "mem/mapped_file.h"
 
 namespace kt::ops {
 
@@ -24,6 +25,10 @@ struct MatrixView {
     int64_t rows = 0;             // N: output features
     int64_t row_bytes = 0;
     const char *name = "";        // for messages
+    // The read-only file mapping `data` lies in, or null (a file read into memory, caller buffers). A kernel that
+    // copies the weights out may give those pages back (MappedFile::drop_pages); one that reads them in place keeps
+    // them.
+    const mem::MappedFile *mapping = nullptr;
 };
 
 // A stack of `count` same-shaped matrices, `stride` bytes apart (GGUF `*_exps` tensors, ne = {cols, rows, count}).

@@ -14,7 +14,10 @@ namespace kt::runtime {
 namespace {
 
 Status source_of(const ops::MatrixView &w, int64_t count, moe::MatrixSource *out) {
-    return Status(moe::make_source(w.type, w.data, w.rows * count, w.cols, out)).with_context(w.name);
+    KT_TRY(Status(moe::make_source(w.type, w.data, w.rows * count, w.cols, out)).with_context(w.name));
+    // Every engine kernel packs its weights, so their pages in the file mapping are given back once packed.
+    out->drop_after_packing = w.mapping;
+    return Status::ok();
 }
 
 // ops::Linear over moe::PackedLinear: each calling thread keeps its own activation workspace (a model's Linears

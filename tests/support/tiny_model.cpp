@@ -6,13 +6,41 @@
 #include <map>
 #include <random>
 
+#include "core/fp16.h"
 #include "kt.h"
 #include "mem/mapped_file.h"
 #include "model/model.h"
 
 namespace kt::test {
+namespace {
 
-Status write_tiny_model(const TinyModel &spec, std::vector<uint8_t> *out) {
+// Q8_0 blocks (an f16 scale, then 32 int8) of uniform random quants scaled to standard deviation `sigma`. A splitmix64
+// stream gives 8 quants per step: far cheaper than drawing normals and quantizing them, which matters at 100s of MB.
+std::vector<uint8_t> random_q8_0(size_t n, uint64_t seed, float sigma) {
+    constexpr size_t kBlock = 32, kBlockBytes = 2 + kBlock;
+    std::vector<uint8_t> bytes(n / kBlock * kBlockBytes);
+    // Uniform quants in [-127, 127] have standard deviation 127 / sqrt(3).
+    const uint16_t scale = f32_to_fp16(sigma * std::sqrt(3.0f) / 127.0f);
+    uint64_t state = seed * 0x9E3779B97F4A7C15ull;
+    for (size_t b = 0; b < n / kBlock; ++b) {
+        uint8_t *block = bytes.data() + b * kBlockBytes;
+        std::memcpy(block, &scale, 2);
+        for (size_t i = 0; i < kBlock; i += 8) {
+            uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+            z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+            z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+            z ^= z >> 31;
+            for (size_t j = 0; j < 8; ++j) {
+                const int8_t q = static_cast<int8_t>(static_cast<uint8_t>(z >> (8 * j)));
+                block[2 + i + j] = static_cast<uint8_t>(q == -128 ? -127 : q);
+            }
+        }
+    }
+    return bytes;
+}
+
+Status tiny_model_writer(const TinyModel &spec, gguf::Writer *writer) {
+    gguf::Writer &w = *writer;
     const std::string a = spec.arch + ".";
     std::vector<std::pair<std::string, gguf::Value>> keys = {
         {"general.architecture", gguf::Value::str(spec.arch)},
@@ -64,13 +92,20 @@ Status write_tiny_model(const TinyModel &spec, std::vector<uint8_t> *out) {
                      static_cast<unsigned long long>(total), static_cast<unsigned long long>(spec.max_elements));
     }
 
-    gguf::Writer w;
+    KT_RETURN_IF(spec.weight_type != KT_TYPE_F32 && spec.weight_type != KT_TYPE_Q8_0, KT_STATUS_INVALID_ARGUMENT,
+                 "tiny model: weight_type %d (F32 or Q8_0)", spec.weight_type);
     set_keys(spec.keys_after_table);
     for (const auto &[key, value] : keys) w.add(key, value);
     uint64_t seed = spec.seed;
     auto add = [&](const std::string &name, const std::vector<int64_t> &ne, float mean, float sigma) -> Status {
         size_t n = 1;
         for (int64_t d : ne) n *= static_cast<size_t>(d);
+        if (spec.weight_type == KT_TYPE_Q8_0 && ne.size() >= 2) {
+            KT_RETURN_IF(mean != 0.0f || ne[0] % 32 != 0, KT_STATUS_INVALID_ARGUMENT,
+                         "tiny model: %s cannot be random Q8_0", name.c_str());
+            w.add_tensor_bytes(name, KT_TYPE_Q8_0, ne, random_q8_0(n, ++seed, sigma));
+            return Status::ok();
+        }
         std::mt19937_64 rng(++seed);  // one stream per tensor, as test::random_normal draws them
         std::normal_distribution<float> normal(0.0f, sigma);
         std::vector<float> v(n);
@@ -119,7 +154,21 @@ Status write_tiny_model(const TinyModel &spec, std::vector<uint8_t> *out) {
         std::memcpy(bytes.data(), t.values.data(), bytes.size());
         w.add_tensor_bytes(t.name, KT_TYPE_F32, t.ne, std::move(bytes));
     }
+    return Status::ok();
+}
+
+}  // namespace
+
+Status write_tiny_model(const TinyModel &spec, std::vector<uint8_t> *out) {
+    gguf::Writer w;
+    KT_TRY(tiny_model_writer(spec, &w));
     return w.write_buffer(out);
+}
+
+Status write_tiny_model_file(const TinyModel &spec, const std::string &path) {
+    gguf::Writer w;
+    KT_TRY(tiny_model_writer(spec, &w));
+    return w.write_file(path);
 }
 
 }  // namespace kt::test

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "kt.h"
 #include "model/gguf/gguf.h"
 
 namespace kt::test {
@@ -17,6 +18,9 @@ struct TinyModel {
     int64_t n_vocab = 64, n_embd = 32, n_layer = 2, n_head = 4, n_head_kv = 2, head_dim = 8, n_ff = 48;
     int64_t n_expert = 4, n_expert_used = 2;
     uint64_t seed = 1;
+    // KT_TYPE_F32, or KT_TYPE_Q8_0: the embedding and every matrix as random Q8_0 blocks (cheap to make at hundreds
+    // of megabytes; vectors stay F32).
+    int32_t weight_type = KT_TYPE_F32;
     std::vector<std::string> drop;                          // tensors to leave out
     std::vector<std::pair<std::string, gguf::Value>> keys;  // metadata to add or override
     // Metadata replaced after the tensors were chosen (a file whose keys contradict its tensors).
@@ -40,9 +44,12 @@ struct TinyModel {
 // The GGUF bytes (normal random values from `seed`), or the status of the architecture's table, the quantizer or
 // the writer refusing the spec. No Catch2: the fuzz targets build their base models with it too.
 Status write_tiny_model(const TinyModel &spec, std::vector<uint8_t> *out);
+// The same model written straight to `path` (a large model need not be held twice in memory).
+Status write_tiny_model_file(const TinyModel &spec, const std::string &path);
 
 // For Catch2 tests (defined in kt_test_support): the bytes, failing the calling test if anything refuses.
 std::vector<uint8_t> write_tiny_model(const TinyModel &spec);
+void write_tiny_model_file_or_fail(const TinyModel &spec, const std::string &path);
 
 // The values a tensor of a tiny model holds, dequantized (its name must exist; Catch2, kt_test_support).
 std::vector<float> tiny_model_values(const std::vector<uint8_t> &gguf_bytes, const std::string &name);

@@ -15,6 +15,12 @@ std::vector<uint8_t> write_tiny_model(const TinyModel &spec) {
     return bytes;
 }
 
+void write_tiny_model_file_or_fail(const TinyModel &spec, const std::string &path) {
+    const Status written = write_tiny_model_file(spec, path);
+    INFO(written.message());
+    REQUIRE(written.is_ok());
+}
+
 std::vector<float> tiny_model_values(const std::vector<uint8_t> &gguf_bytes, const std::string &name) {
     std::unique_ptr<gguf::File> file;
     REQUIRE(gguf::File::parse(mem::MappedFile::borrow(gguf_bytes.data(), gguf_bytes.size()), "tiny", &file).is_ok());

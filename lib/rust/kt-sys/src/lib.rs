@@ -147,6 +147,8 @@ pub struct kt_model_params {
     pub reserved0: i32,
     pub progress_callback: kt_progress_callback,
     pub progress_user_data: *mut c_void,
+    pub prepare: i32,
+    pub n_threads: i32,
 }
 
 #[repr(C)]

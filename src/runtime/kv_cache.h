@@ -12,14 +12,21 @@
 //     Q·Kᵀ as a small GEMM and the softmax online, one tile at a time;
 //   - Q8_0: keys and values as rows of blocks, read by a generic path (rows converted to f32, dot and axpy).
 //
-// Attention is computed in f32 whatever the cache type: scores = kq_scale · q·k, causal mask (a query at position
-// p sees positions 0..p of its own sequence), softmax, weighted sum of values. GQA: query head h reads KV head
-// h / (H / Hkv). Work is split into tasks of one sequence, one KV head and a block of its queries (all the query
-// heads sharing the KV head), run in parallel over the whole batch; each cached tile or row is converted once per
-// task.
+// Attention: scores = kq_scale · q·k, causal mask (a query at position p sees positions 0..p of its own
+// sequence), softmax, weighted sum of values; the softmax and the sums are f32 whatever the cache type. GQA: query
+// head h reads KV head h / (H / Hkv). Work is split into tasks of one sequence, one KV head and a block of its
+// queries (all the query heads sharing the KV head: about kTaskRows rows), run in parallel over the whole batch;
+// each cached tile or row is converted once per task. The products q·k and p·v of the tiled types are computed as
+// attention_kernels.h describes, chosen at creation (Config::products):
+//   F32 cache  f32 products (exact: the golden tier A);
+//   BF16       bf16 products on tiles where the host has bf16 dot products (AMX, AVX512-BF16), else f32;
+//   F16        three-term bf16 products on AMX tiles (~2^-16 relative, inside the golden tier B), else f32;
+// and a task with fewer than kMinTileRows rows (decoding a few tokens of a model with few query heads per KV
+// head) takes the f32 products anyway: its tiles would be mostly empty.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backends/cpu/attention_kernels.h"
@@ -39,7 +46,13 @@ public:
         int64_t n_blocks = 1;
         int64_t max_positions = 1;      // the most positions one sequence holds (sizes the per-thread scratch)
         int n_threads = 1;              // the most threads attend() will be given
+        // -1: chosen for the type and the host as above; otherwise a cpu::Products value (tests, benchmarks;
+        // the tile products of a level the host lacks run on the kernel set's emulation).
+        int32_t products = -1;
     };
+
+    static constexpr int64_t kTaskRows = 128;    // query rows per task (queries x query heads of a KV head)
+    static constexpr int64_t kMinTileRows = 16;  // fewer rows take the f32 products
 
     // The memory is reserved here and touched when written: an unused block costs no RAM.
     static Status create(const model::HParams &hp, const Config &config, KvCache *out);
@@ -52,6 +65,9 @@ public:
     int64_t max_positions() const { return max_positions_; }
     uint64_t block_bytes() const { return block_bytes_; }
     uint64_t bytes() const { return block_bytes_ * static_cast<uint64_t>(n_blocks_); }
+    cpu::Products products() const { return products_; }
+    // The tile products' GEMM calls since creation, by the ISA that ran them.
+    cpu::GemmCounts gemm_counts() const;
 
     // One sequence's rows of a batch.
     struct Segment {
@@ -83,7 +99,7 @@ private:
 
     // Queries t0 .. t0+tb-1 of a segment, all query heads of KV head g.
     void attend_tiled(const Segment &seg, int64_t layer, int64_t g, int64_t t0, int64_t tb, const float *q, float *out,
-                      float *scratch, int thread);
+                      float *scratch, int thread, void *tile_session);
     void attend_rows(const Segment &seg, int64_t layer, int64_t g, int64_t t0, int64_t tb, const float *q, float *out,
                      float *scratch);
 
@@ -92,6 +108,10 @@ private:
     size_t elem_bytes_ = 0;
     const cpu::VectorKernels *vk_ = nullptr;
     const cpu::AttentionKernels *ak_ = nullptr;
+    cpu::Products products_ = cpu::Products::kF32;
+    const cpu::KernelSet *tile_gemm_ = nullptr;  // the tile products' GEMMs when not on AMX
+    bool tile_amx_ = false;
+    int64_t query_block_ = 16;  // queries per task
     int64_t n_layer_ = 0, n_head_ = 0, hkv_ = 0, dk_ = 0, dv_ = 0;
     int64_t block_positions_ = 0, n_blocks_ = 0, max_positions_ = 0;
     size_t k_row_bytes_ = 0, v_row_bytes_ = 0;      // Q8_0 rows
@@ -104,6 +124,8 @@ private:
     int64_t scratch_per_thread_ = 0;
     std::vector<float> scratch_;
     std::vector<int32_t> visible_;      // [threads][rows of a block]
+    std::unique_ptr<cpu::GemmCounter[]> counters_;  // [threads]
+    int n_threads_ = 0;
     std::vector<int64_t> task_begin_;   // [n_segments + 1]: the first attention task of each segment
 };
 

@@ -14,8 +14,8 @@ namespace kt::runtime {
 namespace {
 
 // The most queries handled together per KV head (each cached tile or row is converted once per block): fewer
-// when the KV head has many query heads, so that a task's rows stay near kTaskRows.
-constexpr int64_t kMaxQueryBlock = 16;
+// when the KV head has many query heads, so that a task's rows stay near kTaskRows (kTileTaskRows).
+constexpr int64_t kMaxQueryBlock = 16, kMaxTileQueryBlock = 64;
 constexpr int64_t kMaxBlockPositions = 1 << 24;
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -106,7 +106,8 @@ Status KvCache::create(const model::HParams &hp, const Config &config, KvCache *
     if (!c.tiled()) c.products_ = cpu::Products::kF32;
 
     const int64_t G = c.n_head_ / c.hkv_;
-    c.query_block_ = std::clamp<int64_t>(kTaskRows / G, 1, kMaxQueryBlock);
+    const bool tiles = c.products_ != cpu::Products::kF32;
+    c.query_block_ = std::clamp<int64_t>((tiles ? kTileTaskRows : kTaskRows) / G, 1, tiles ? kMaxTileQueryBlock : kMaxQueryBlock);
     const int64_t rows = c.query_block_ * G;
     int64_t kernel = std::max(c.dk_, c.dv_) + rows * c.max_positions_;
     if (c.tiled()) {

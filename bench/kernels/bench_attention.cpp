@@ -2,7 +2,7 @@
 // "attention" column that is neither a projection nor RoPE), with each way of computing its products
 // (cpu::Products), on the shapes of one layer of a model, against the roofline measured in the same run.
 //
-//   bench_attention [-p 512,4096] [-ub 512] [-r 5] [-t THREADS] [--heads 32,4] [--dim 128] [-ctk f16,bf16]
+//   bench_attention [-p 512,4096] [-ub 512] [-r 5] [-t THREADS] [--heads 32,4] [--dims 128,128] [-ctk f16,bf16]
 //
 // A test is one layer's prefill of -p tokens in steps of -ub (each step's rows attend to every cached position
 // of the sequence before them, causally within the step), on an empty cache each repetition. The products are
@@ -53,7 +53,7 @@ double load_average() {
 
 struct Options {
     std::vector<int64_t> prompts = {512, 4096};
-    int64_t ubatch = 512, reps = 5, threads = 2, heads = 32, heads_kv = 4, dim = 128;
+    int64_t ubatch = 512, reps = 5, threads = 2, heads = 32, heads_kv = 4, dk = 128, dv = 128;
     std::vector<int32_t> types = {KT_TYPE_F16, KT_TYPE_BF16};
 };
 
@@ -65,8 +65,9 @@ double run_once(const Options &o, int64_t n_prompt, int32_t type, kt::cpu::Produ
     hp.n_layer = 1;
     hp.n_head = o.heads;
     hp.n_head_kv = o.heads_kv;
-    hp.head_dim_k = hp.head_dim_v = o.dim;
-    hp.kq_scale = 1.0f / std::sqrt(static_cast<float>(o.dim));
+    hp.head_dim_k = o.dk;
+    hp.head_dim_v = o.dv;
+    hp.kq_scale = 1.0f / std::sqrt(static_cast<float>(o.dk));
     kt::runtime::KvCache cache;
     kt::runtime::KvCache::Config config;
     config.type = type;
@@ -85,8 +86,8 @@ double run_once(const Options &o, int64_t n_prompt, int32_t type, kt::cpu::Produ
     for (int64_t p0 = 0; p0 < n_prompt; p0 += o.ubatch) {
         const int64_t n = std::min(o.ubatch, n_prompt - p0);
         const kt::runtime::KvCache::Segment seg{table.data(), p0, 0, n};
-        cache.attend(0, &seg, 1, q.data() + p0 * o.heads * o.dim, k.data() + p0 * o.heads_kv * o.dim,
-                     v.data() + p0 * o.heads_kv * o.dim, out.data(), pool);
+        cache.attend(0, &seg, 1, q.data() + p0 * o.heads * o.dk, k.data() + p0 * o.heads_kv * o.dk,
+                     v.data() + p0 * o.heads_kv * o.dv, out.data(), pool);
     }
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -104,7 +105,7 @@ int main(int argc, char **argv) {
         else if (a == "-r" && list.size() == 1) o.reps = list[0];
         else if (a == "-t" && list.size() == 1) o.threads = list[0];
         else if (a == "--heads" && list.size() == 2) o.heads = list[0], o.heads_kv = list[1];
-        else if (a == "--dim" && list.size() == 1) o.dim = list[0];
+        else if (a == "--dims" && list.size() == 2) o.dk = list[0], o.dv = list[1];
         else if (a == "-ctk") {
             o.types.clear();
             for (std::string rest = v; !rest.empty();) {
@@ -116,13 +117,13 @@ int main(int argc, char **argv) {
             }
         } else {
             std::fprintf(stderr,
-                         "usage: bench_attention [-p 512,4096] [-ub 512] [-r 5] [-t 2] [--heads 32,4] [--dim 128] "
+                         "usage: bench_attention [-p 512,4096] [-ub 512] [-r 5] [-t 2] [--heads 32,4] [--dims 128,128] "
                          "[-ctk f16,bf16]\n");
             return 2;
         }
     }
     if (o.ubatch < 1 || o.reps < 1 || o.threads < 1 || o.heads < 1 || o.heads_kv < 1 || o.heads % o.heads_kv != 0 ||
-        o.dim < 1 || o.types.empty()) {
+        o.dk < 1 || o.dv < 1 || o.types.empty()) {
         std::fprintf(stderr, "bench_attention: bad options\n");
         return 2;
     }
@@ -152,10 +153,10 @@ int main(int argc, char **argv) {
         fma_flops = 2.0 * static_cast<double>(per) * static_cast<double>(iters) * static_cast<double>(o.threads) / s;
         if (sink[0] == 12345.678) std::printf(" ");  // keeps the probes' results alive
     }
-    std::printf("bench_attention: %s, isa %s, %lld threads; heads %lld/%lld, dim %lld, ubatch %lld\n",
+    std::printf("bench_attention: %s, isa %s, %lld threads; heads %lld/%lld, dims %lld/%lld, ubatch %lld\n",
                 kt::cpu::host_cpu_features().brand.c_str(), kt::cpu::isa_level_name(kt::cpu::active_isa_level()),
                 static_cast<long long>(o.threads), static_cast<long long>(o.heads), static_cast<long long>(o.heads_kv),
-                static_cast<long long>(o.dim), static_cast<long long>(o.ubatch));
+                static_cast<long long>(o.dk), static_cast<long long>(o.dv), static_cast<long long>(o.ubatch));
     std::printf("roofline: f32 FMA %.0f GFLOP/s, %s bf16 %.0f GFLOP/s, AMX bf16 %.0f GFLOP/s, read %.1f GB/s\n\n",
                 fma_flops / 1e9, roof.bf16_isa.c_str(), roof.bf16_flops_per_s / 1e9, roof.amx_bf16_flops_per_s / 1e9,
                 roof.read_bytes_per_s / 1e9);
@@ -171,13 +172,13 @@ int main(int argc, char **argv) {
                 for (float &e : x) e = nd(rng);
                 return x;
             };
-            const std::vector<float> q = fill(n_prompt * o.heads * o.dim), k = fill(n_prompt * o.heads_kv * o.dim),
-                                     v = fill(n_prompt * o.heads_kv * o.dim);
-            std::vector<float> out(static_cast<size_t>(o.ubatch * o.heads * o.dim));
+            const std::vector<float> q = fill(n_prompt * o.heads * o.dk), k = fill(n_prompt * o.heads_kv * o.dk),
+                                     v = fill(n_prompt * o.heads_kv * o.dv);
+            std::vector<float> out(static_cast<size_t>(o.ubatch * o.heads * o.dv));
             // Multiply-adds: each row t of a step sees p0 + (t - p0) + 1 positions, times heads, times Dk + Dv.
             double macs = 0;
             for (int64_t t = 0; t < n_prompt; ++t) macs += static_cast<double>(t + 1);
-            macs *= static_cast<double>(o.heads) * static_cast<double>(2 * o.dim);
+            macs *= static_cast<double>(o.heads) * static_cast<double>(o.dk + o.dv);
             std::vector<double> seconds[3];
             for (kt::cpu::Products products : all)  // warm-up: pages of the inputs, the AMX kernels' generation
                 (void)run_once(o, std::min(n_prompt, o.ubatch), type, products, *pool, q, k, v, out);

@@ -1,7 +1,7 @@
 // The attention products (cpu::Products: f32, bf16, bf16x3 on GEMM tiles) against causal GQA attention computed
 // in double from the definition, through the KV cache that runs them: several sequences' segments in one call
 // (some with cached positions from an earlier call), lengths 1 to 1000 (one chunk of kAttentionChunk positions
-// and many), head dims 64 and 128 and ragged ones, on every ISA level the host has, natively on AMX where the host
+// and many), head dims 64 and 128, ragged ones and MLA's (one KV head, keys wider than values), on every ISA level the host has, natively on AMX where the host
 // has it and on the tile machine otherwise. The GEMM counters prove which units ran the products.
 #include <catch2/catch.hpp>
 
@@ -211,12 +211,15 @@ TEST_CASE("attention products: f32, bf16 and bf16x3 tiles equal the definition o
     auto pool = make_pool(2);
     const IsaLevel cap = kt::cpu::max_isa_level();
     const IsaLevel host = kt::cpu::host_isa_level();
-    for (const Shape sh : {Shape{8, 2, 64, 64}, Shape{4, 1, 128, 128}, Shape{6, 3, 80, 48}}) {
+    // GQA with head dims 64 and 128, ragged dims, and MLA as DeepSeek's absorbed form runs it: one KV head of the
+    // latent plus the RoPE dims (keys) and the latent alone (values), every query head on it.
+    for (const Shape sh : {Shape{8, 2, 64, 64}, Shape{4, 1, 128, 128}, Shape{6, 3, 80, 48}, Shape{16, 1, 96, 64}}) {
         const float scale = 1.0f / std::sqrt(float(sh.Dk));
         // The long sequence (many chunks, several blocks) only where its cost is small: the best vector level.
         const bool ragged = sh.Dk % 32 != 0;
         std::vector<Sequence> seqs = make_sequences(sh, {1, 7, 33}, scale, 100 + uint64_t(sh.Dk));
-        std::vector<Sequence> long_seqs = make_sequences(sh, {1, 7, 33, ragged ? 300 : 1000}, scale, 200 + uint64_t(sh.Dk));
+        std::vector<Sequence> long_seqs =
+            make_sequences(sh, {1, 7, 33, ragged || sh.Hkv == 1 ? 300 : 1000}, scale, 200 + uint64_t(sh.Dk));
         for (IsaLevel level : {IsaLevel::kScalar, IsaLevel::kAvx2, IsaLevel::kAvx512}) {
             if (level > host) continue;
             kt::cpu::set_max_isa_level(level);  // the cache picks its units at creation

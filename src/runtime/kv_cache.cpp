@@ -107,7 +107,8 @@ Status KvCache::create(const model::HParams &hp, const Config &config, KvCache *
 
     const int64_t G = c.n_head_ / c.hkv_;
     const bool tiles = c.products_ != cpu::Products::kF32;
-    c.query_block_ = std::clamp<int64_t>((tiles ? kTileTaskRows : kTaskRows) / G, 1, tiles ? kMaxTileQueryBlock : kMaxQueryBlock);
+    c.query_block_ =
+        std::clamp<int64_t>((tiles ? kTileTaskRows : kTaskRows) / G, 1, tiles ? kMaxTileQueryBlock : kMaxQueryBlock);
     const int64_t rows = c.query_block_ * G;
     int64_t kernel = std::max(c.dk_, c.dv_) + rows * c.max_positions_;
     if (c.tiled()) {

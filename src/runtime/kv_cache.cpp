@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "backends/cpu/amx/amx_gemm.h"
+#include "backends/cpu/kernels.h"
 #include "core/checked_math.h"
 #include "ops/ref/quants_ref.h"
 #include "ops/types.h"
@@ -11,8 +13,9 @@
 namespace kt::runtime {
 namespace {
 
-// Queries handled together per KV head: each cached tile or row is converted to f32 once per block.
-constexpr int64_t kQueryBlock = 16;
+// The most queries handled together per KV head (each cached tile or row is converted once per block): fewer
+// when the KV head has many query heads, so that a task's rows stay near kTaskRows (kTileTaskRows).
+constexpr int64_t kMaxQueryBlock = 16, kMaxTileQueryBlock = 64;
 constexpr int64_t kMaxBlockPositions = 1 << 24;
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -89,16 +92,49 @@ Status KvCache::create(const model::HParams &hp, const Config &config, KvCache *
     c.block_bytes_ = block_bytes;
     KT_TRY(mem::NumaBuffer::allocate(static_cast<size_t>(total), nullptr, -1, &c.memory_));
 
-    const int64_t rows = kQueryBlock * (c.n_head_ / c.hkv_);
-    const int64_t kernel = c.tiled() ? static_cast<int64_t>(cpu::attention_scratch_floats(rows, c.dk_, c.dv_))
-                                     : std::max(c.dk_, c.dv_) + rows * c.max_positions_;
+    // The products (see kv_cache.h). AMX tiles when the kernels run on AMX; otherwise the GEMMs of the tile
+    // products run on the best AVX-512 / AVX2 / scalar set, whose bf16 dot products are native only with
+    // AVX512-BF16.
+    const cpu::KernelSet &base = cpu::best_kernel_set(std::min(cpu::active_isa_level(), cpu::IsaLevel::kAvx512));
+    c.tile_amx_ = cpu::kernel_level() == cpu::IsaLevel::kAmx;
+    c.tile_gemm_ = &base;
+    if (config.products >= 0) {
+        KT_RETURN_IF(config.products > static_cast<int32_t>(cpu::Products::kBf16x3), KT_STATUS_INVALID_ARGUMENT,
+                     "KV cache: products %d is not a cpu::Products value", config.products);
+        c.products_ = static_cast<cpu::Products>(config.products);
+    } else if (type == KT_TYPE_BF16 && (c.tile_amx_ || base.bf16)) {
+        c.products_ = cpu::Products::kBf16;
+    } else if (type == KT_TYPE_F16 && c.tile_amx_) {
+        c.products_ = cpu::Products::kBf16x3;
+    }
+    if (!c.tiled() || c.v_in_k_ >= 0) c.products_ = cpu::Products::kF32;  // values inside the keys: f32 only
+
+    const int64_t G = c.n_head_ / c.hkv_;
+    const bool tiles = c.products_ != cpu::Products::kF32;
+    c.query_block_ =
+        std::clamp<int64_t>((tiles ? kTileTaskRows : kTaskRows) / G, 1, tiles ? kMaxTileQueryBlock : kMaxQueryBlock);
+    const int64_t rows = c.query_block_ * G;
+    int64_t kernel = std::max(c.dk_, c.dv_) + rows * c.max_positions_;
+    if (c.tiled()) {
+        kernel = static_cast<int64_t>(cpu::attention_scratch_floats(rows, c.dk_, c.dv_, cpu::Products::kF32));
+        if (c.products_ != cpu::Products::kF32)
+            kernel = std::max(kernel, static_cast<int64_t>(cpu::attention_scratch_floats(rows, c.dk_, c.dv_, c.products_)));
+    }
     const int threads = std::max(config.n_threads, 1);
+    c.n_threads_ = threads;
     c.scratch_per_thread_ = round_up(rows * c.dk_ + rows * c.dv_ + kernel, 16);
     c.scratch_.resize(static_cast<size_t>(c.scratch_per_thread_ * threads + 16));
     c.visible_.resize(static_cast<size_t>(rows * threads));
     c.row_sinks_.resize(c.visible_.size());
+    c.counters_ = std::make_unique<cpu::GemmCounter[]>(static_cast<size_t>(threads));
     *out = std::move(c);
     return Status::ok();
+}
+
+cpu::GemmCounts KvCache::gemm_counts() const {
+    cpu::GemmCounts sum;
+    for (int t = 0; t < n_threads_; ++t) sum += counters_[static_cast<size_t>(t)].read();
+    return sum;
 }
 
 void KvCache::store_row(const float *src, int64_t n, uint8_t *dst) const {
@@ -150,24 +186,30 @@ void KvCache::attend(int64_t layer, const Segment *segments, int64_t n_segments,
     task_begin_[0] = 0;
     for (int64_t s = 0; s < n_segments; ++s) {
         store(segments[s], layer, k, v);
-        const int64_t query_blocks = (segments[s].n_tokens + kQueryBlock - 1) / kQueryBlock;
+        const int64_t query_blocks = (segments[s].n_tokens + query_block_ - 1) / query_block_;
         task_begin_[s + 1] = task_begin_[s] + hkv_ * query_blocks;
     }
     // 64-byte aligned per-thread scratch.
     float *base = scratch_.data();
     base += (16 - (reinterpret_cast<uintptr_t>(base) / sizeof(float)) % 16) % 16;
     const Extras extras{window, sinks};
-    Status s = pool.parallel_for(task_begin_[n_segments], 1, [&](int64_t begin, int64_t end, int thread) {
-        for (int64_t task = begin; task < end; ++task) {
+    const int64_t n_tasks = task_begin_[n_segments];
+    Status s = pool.parallel_for(n_tasks, 1, [&](int64_t begin, int64_t end, int thread) {
+        // AMX tiles are configured once per run of tasks on this thread (and released after).
+        cpu::amx::TileSession tiles;
+        for (int64_t i = begin; i < end; ++i) {
+            // Last tasks first: within a segment the later query blocks see more positions, so the long tasks
+            // start early and the short ones fill the gaps at the end.
+            const int64_t task = n_tasks - 1 - i;
             const int64_t si =
                 std::upper_bound(task_begin_.begin(), task_begin_.end(), task) - task_begin_.begin() - 1;
             const Segment &seg = segments[si];
             const int64_t local = task - task_begin_[si];
-            const int64_t query_blocks = (seg.n_tokens + kQueryBlock - 1) / kQueryBlock;
-            const int64_t g = local / query_blocks, t0 = (local % query_blocks) * kQueryBlock;
-            const int64_t tb = std::min(kQueryBlock, seg.n_tokens - t0);
+            const int64_t query_blocks = (seg.n_tokens + query_block_ - 1) / query_block_;
+            const int64_t g = local / query_blocks, t0 = (local % query_blocks) * query_block_;
+            const int64_t tb = std::min(query_block_, seg.n_tokens - t0);
             float *scratch = base + thread * scratch_per_thread_;
-            if (tiled()) attend_tiled(seg, layer, g, t0, tb, q, extras, out, scratch, thread);
+            if (tiled()) attend_tiled(seg, layer, g, t0, tb, q, extras, out, scratch, thread, &tiles);
             else attend_rows(seg, layer, g, t0, tb, q, extras, out, scratch);
         }
     });
@@ -175,12 +217,12 @@ void KvCache::attend(int64_t layer, const Segment *segments, int64_t n_segments,
 }
 
 void KvCache::attend_tiled(const Segment &seg, int64_t layer, int64_t g, int64_t t0, int64_t tb, const float *q,
-                           const Extras &x, float *out, float *scratch, int thread) {
+                           const Extras &x, float *out, float *scratch, int thread, void *tile_session) {
     const int64_t H = n_head_, Dk = dk_, Dv = dv_, G = H / hkv_, R = tb * G;
     // Gather the block's query rows (row tt·G + hh: query t0+tt, head g·G+hh) and their causal limits.
     float *qb = scratch, *ob = qb + R * Dk, *ks = ob + R * Dv;
-    int32_t *visible = visible_.data() + thread * kQueryBlock * G;
-    float *sinks = row_sinks_.data() + thread * kQueryBlock * G;
+    int32_t *visible = visible_.data() + thread * query_block_ * G;
+    float *sinks = row_sinks_.data() + thread * query_block_ * G;
     for (int64_t tt = 0; tt < tb; ++tt)
         for (int64_t hh = 0; hh < G; ++hh) {
             std::copy_n(q + ((seg.row0 + t0 + tt) * H + g * G + hh) * Dk, Dk, qb + (tt * G + hh) * Dk);
@@ -206,6 +248,14 @@ void KvCache::attend_tiled(const Segment &seg, int64_t layer, int64_t g, int64_t
     a.scale = kq_scale_;
     a.out = ob;
     a.scratch = ks;
+    // Windows and sinks are the f32 path's only (attention_kernels.h).
+    if (products_ != cpu::Products::kF32 && R >= kMinTileRows && x.window == 0 && !x.sinks) {
+        a.products = products_;
+        a.gemm = tile_gemm_;
+        a.amx = tile_amx_;
+        a.tile_session = tile_session;
+        a.counter = &counters_[static_cast<size_t>(thread)];
+    }
     ak_->attend(a);
     for (int64_t tt = 0; tt < tb; ++tt)
         for (int64_t hh = 0; hh < G; ++hh)

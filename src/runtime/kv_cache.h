@@ -13,15 +13,23 @@
 //     Q·Kᵀ as a small GEMM and the softmax online, one tile at a time;
 //   - Q8_0: keys and values as rows of blocks, read by a generic path (rows converted to f32, dot and axpy).
 //
-// Attention is computed in f32 whatever the cache type: scores = kq_scale · q·k, causal mask (a query at position
-// p sees positions 0..p of its own sequence, or only the last `window` of them), softmax (with an optional sink
-// logit per head in the denominator), weighted sum of values. Every position is kept, also for sliding-window
-// layers. GQA: query head h reads KV head h / (H / Hkv). Work is split into tasks of one sequence, one KV head and a block of its queries (all the query
-// heads sharing the KV head), run in parallel over the whole batch; each cached tile or row is converted once per
-// task.
+// Attention: scores = kq_scale · q·k, causal mask (a query at position p sees positions 0..p of its own
+// sequence, or only the last `window` of them), softmax (with an optional sink logit per head in the
+// denominator), weighted sum of values; every position is kept, also for sliding-window layers; the softmax and the sums are f32 whatever the cache type. GQA: query
+// head h reads KV head h / (H / Hkv). Work is split into tasks of one sequence, one KV head and a block of its
+// queries (all the query heads sharing the KV head: about kTaskRows rows, kTileTaskRows with tile products), run
+// in parallel over the whole batch; each cached tile or row is converted once per task. The products q·k and p·v of the tiled types are computed as
+// attention_kernels.h describes, chosen at creation (Config::products):
+//   F32 cache  f32 products (exact: the golden tier A);
+//   BF16       bf16 products on tiles where the host has bf16 dot products (AMX, AVX512-BF16), else f32;
+//   F16        three-term bf16 products on AMX tiles (~2^-16 relative, inside the golden tier B), else f32;
+// and a task with fewer than kMinTileRows rows (decoding a few tokens of a model with few query heads per KV
+// head) takes the f32 products anyway: its tiles would be mostly empty. So does attention with a window, sinks
+// or values inside the keys (gpt-oss, MLA's latent), which only the f32 path implements.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backends/cpu/attention_kernels.h"
@@ -41,7 +49,16 @@ public:
         int64_t n_blocks = 1;
         int64_t max_positions = 1;      // the most positions one sequence holds (sizes the per-thread scratch)
         int n_threads = 1;              // the most threads attend() will be given
+        // -1: chosen for the type and the host as above; otherwise a cpu::Products value (tests, benchmarks;
+        // the tile products of a level the host lacks run on the kernel set's emulation).
+        int32_t products = -1;
     };
+
+    static constexpr int64_t kTaskRows = 128;    // query rows per task (queries x query heads of a KV head)
+    // With tile products: each chunk's keys and values are packed once per task, so more rows share that work
+    // (256: 1.1-1.2x faster than 128 at 4,096 positions in bench_attention, and the scratch still fits L2).
+    static constexpr int64_t kTileTaskRows = 256;
+    static constexpr int64_t kMinTileRows = 16;  // fewer rows take the f32 products
 
     // The memory is reserved here and touched when written: an unused block costs no RAM.
     static Status create(const model::HParams &hp, const Config &config, KvCache *out);
@@ -56,6 +73,9 @@ public:
     uint64_t bytes() const { return block_bytes_ * static_cast<uint64_t>(n_blocks_); }
     // Keys and values of one position, all layers (MLA: the latent once, see HParams::v_in_k).
     uint64_t bytes_per_position() const { return block_bytes_ / static_cast<uint64_t>(block_positions_); }
+    cpu::Products products() const { return products_; }
+    // The tile products' GEMM calls since creation, by the ISA that ran them.
+    cpu::GemmCounts gemm_counts() const;
 
     // One sequence's rows of a batch.
     struct Segment {
@@ -92,7 +112,7 @@ private:
         const float *sinks;
     };
     void attend_tiled(const Segment &seg, int64_t layer, int64_t g, int64_t t0, int64_t tb, const float *q,
-                      const Extras &x, float *out, float *scratch, int thread);
+                      const Extras &x, float *out, float *scratch, int thread, void *tile_session);
     void attend_rows(const Segment &seg, int64_t layer, int64_t g, int64_t t0, int64_t tb, const float *q,
                      const Extras &x, float *out, float *scratch);
 
@@ -101,6 +121,10 @@ private:
     size_t elem_bytes_ = 0;
     const cpu::VectorKernels *vk_ = nullptr;
     const cpu::AttentionKernels *ak_ = nullptr;
+    cpu::Products products_ = cpu::Products::kF32;
+    const cpu::KernelSet *tile_gemm_ = nullptr;  // the tile products' GEMMs when not on AMX
+    bool tile_amx_ = false;
+    int64_t query_block_ = 16;  // queries per task
     int64_t n_layer_ = 0, n_head_ = 0, hkv_ = 0, dk_ = 0, dv_ = 0;
     int64_t block_positions_ = 0, n_blocks_ = 0, max_positions_ = 0;
     size_t k_row_bytes_ = 0, v_row_bytes_ = 0;      // Q8_0 rows
@@ -115,6 +139,8 @@ private:
     std::vector<float> scratch_;
     std::vector<int32_t> visible_;      // [threads][rows of a block]
     std::vector<float> row_sinks_;      // [threads][rows of a block]
+    std::unique_ptr<cpu::GemmCounter[]> counters_;  // [threads]
+    int n_threads_ = 0;
     std::vector<int64_t> task_begin_;   // [n_segments + 1]: the first attention task of each segment
 };
 

@@ -1,7 +1,8 @@
-// The attention kernel of attention_kernels.h, written once with GCC vector extensions (16 f32 lanes) and compiled
+// The attention kernels of attention_kernels.h, written once with GCC vector extensions (16 f32 lanes) and compiled
 // per ISA: the compiler lowers a 16-lane vector to one AVX-512 register, two AVX2 registers or four SSE2 ones.
-// Included by exactly one translation unit per level (attention_scalar.cpp, avx2/, avx512/), each defining
-// KT_ATTEND_NAME; the element loads use the conversion instructions that level has.
+// Included by exactly one translation unit per level (attention_scalar.cpp, avx2/, avx512/); the element loads use
+// the conversion instructions that level has. The tile paths' GEMMs are calls into portable code
+// (attention_tile_gemm): nothing of the GEMM drivers is compiled here.
 #pragma once
 
 #include <immintrin.h>
@@ -102,7 +103,7 @@ inline int32_t first_visible(const AttentionArgs &a, int64_t r) {
     return a.window > 0 ? std::max(0, a.visible[r] - a.window) : 0;
 }
 
-inline void attend(const AttentionArgs &a) {
+inline void attend_f32(const AttentionArgs &a) {
     const int64_t R = a.rows, Dk = a.dk, Dv = a.dv;
     const size_t eb = elem_bytes(a.elem);
     int32_t max_visible = 0, min_first = INT32_MAX;
@@ -201,6 +202,222 @@ inline void attend(const AttentionArgs &a) {
         const float inv = rescale / l[r];
         for (int64_t i = 0; i < Dv; ++i) o[r * Dv + i] *= inv;
     }
+}
+
+// ---- bf16 products on GEMM tiles (Products::kBf16, kBf16x3) -----------------------------------------------------
+
+typedef uint32_t v16u __attribute__((vector_size(64)));
+typedef uint16_t v16h __attribute__((vector_size(32)));
+
+inline v16u bits_of(v16 x) {
+    v16u u;
+    std::memcpy(&u, &x, sizeof u);
+    return u;
+}
+inline v16 bf16_value(v16u b) {
+    const v16u u = b << 16;
+    v16 x;
+    std::memcpy(&x, &u, sizeof x);
+    return x;
+}
+// bf16 of each lane, rounded to nearest even, in the low 16 bits (the inputs are finite).
+inline v16u to_bf16(v16 x) {
+    const v16u u = bits_of(x);
+    return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+}
+
+// The bf16 terms of 16 values: hi = bf16(x), lo = bf16(x - hi) (left zero with one term).
+struct Terms {
+    v16u hi, lo;
+};
+inline Terms terms_of(v16 x, bool split) {
+    Terms t;
+    t.hi = to_bf16(x);
+    t.lo = split ? to_bf16(x - bf16_value(t.hi)) : v16u{};
+    return t;
+}
+
+// One row of a bf16 B tile: the pairs (a[j], b[j]) of 16 columns as 32-bit words (VNNI order).
+inline void store_pairs(uint8_t *dst, v16u a, v16u b) {
+    const v16u w = a | (b << 16);
+    std::memcpy(dst, &w, sizeof w);
+}
+inline void store_bf16(uint16_t *dst, v16u b) {
+    const v16h h = __builtin_convertvector(b, v16h);
+    std::memcpy(dst, &h, sizeof h);
+}
+
+inline v16 keep_first(v16 x, int64_t n) {
+    const v16i lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    return lane < static_cast<int32_t>(n) ? x : v16{};
+}
+inline v16 load_first(const float *p, int64_t n) {
+    if (n >= kLanes) return load(p);
+    v16 v = {};
+    for (int64_t i = 0; i < n; ++i) v[i] = p[i];
+    return v;
+}
+inline float elem_value(KvElem elem, const uint8_t *e) {
+    uint16_t h;
+    std::memcpy(&h, e, 2);
+    if (elem == KvElem::kF32) {
+        float f;
+        std::memcpy(&f, e, 4);
+        return f;
+    }
+    return elem == KvElem::kF16 ? fp16_to_f32(h) : bf16_to_f32(h);
+}
+// Elements [0, n) of 16 consecutive ones as f32, zero after.
+inline v16 load16_first(KvElem elem, const uint8_t *src, int64_t n) {
+    if (n >= kLanes) return load16(elem, src);
+    v16 v = {};
+    for (int64_t i = 0; i < n; ++i) v[i] = elem_value(elem, src + static_cast<size_t>(i) * elem_bytes(elem));
+    return v;
+}
+
+// The A side (queries, probabilities) holds the terms [hi | hi | lo], the B side (keys, values) [hi | lo | hi]:
+// summed over K, hi·hi + hi·lo + lo·hi.
+inline v16u a_term(const Terms &t, int segment) { return segment < 2 ? t.hi : t.lo; }
+inline v16u b_term(const Terms &t, int segment) { return segment == 1 ? t.lo : t.hi; }
+
+inline uint8_t *tile_row(uint8_t *packed, int64_t steps, int64_t panel, int64_t step, int64_t half, int64_t row) {
+    return packed + ((panel * steps + step) * 2 + half) * 1024 + row * 64;
+}
+
+inline void attend_tiles(const AttentionArgs &a) {
+    const int64_t R = a.rows, Dk = a.dk, Dv = a.dv, C = kAttentionChunk;
+    const AttentionTilePlan plan = attention_tile_plan(R, Dk, Dv, a.products);
+    const int segs = plan.segments;
+    const bool split = segs == 3;
+    const int64_t dkp = plan.dkp, ka = plan.ka, k_steps = ka / 32, dk_steps = dkp / 32;
+    const size_t eb = elem_bytes(a.elem);
+    uint16_t *qa = reinterpret_cast<uint16_t *>(a.scratch + plan.qa);
+    uint8_t *kb = reinterpret_cast<uint8_t *>(a.scratch + plan.kb);
+    float *S = a.scratch + plan.s;
+    uint16_t *pa = reinterpret_cast<uint16_t *>(a.scratch + plan.pa);
+    uint8_t *vb = reinterpret_cast<uint8_t *>(a.scratch + plan.vb);
+    float *pv = a.scratch + plan.pv;
+    float *m = a.scratch + plan.m, *l = a.scratch + plan.l, *corr = a.scratch + plan.correction;
+    float *o = a.out;
+    int32_t max_visible = 0;
+    for (int64_t r = 0; r < R; ++r) max_visible = std::max(max_visible, a.visible[r]);
+
+    // A of Q·Kᵀ: each query row scaled (so that the scores come out scaled), as its terms.
+    for (int64_t r = 0; r < R; ++r) {
+        uint16_t *row = qa + r * ka;
+        for (int64_t d = 0; d < dkp; d += kLanes) {
+            const Terms t = terms_of(load_first(a.q + r * Dk + d, std::max<int64_t>(0, Dk - d)) * a.scale, split);
+            for (int sg = 0; sg < segs; ++sg) store_bf16(row + sg * dkp + d, a_term(t, sg));
+        }
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+        std::fill_n(o + r * Dv, Dv, 0.0f);
+    }
+
+    for (int64_t c0 = 0; c0 < max_visible; c0 += C) {
+        const int64_t n_pos = std::min<int64_t>(C, max_visible - c0), cp = (n_pos + 31) / 32 * 32;
+
+        // Keys [cp][ka] as B: column j of half h of panel p is position c0 + 32p + 16h + j, i.e. lane j of one
+        // cache tile; tile row r of K step s holds dimensions 2r, 2r+1 of that step. Positions past the last
+        // visible one are zero.
+        for (int64_t p = 0; p < cp / 32; ++p)
+            for (int64_t h = 0; h < 2; ++h) {
+                const int64_t pos = c0 + 32 * p + 16 * h, lanes = std::clamp<int64_t>(max_visible - pos, 0, kLanes);
+                const uint8_t *kt = nullptr;
+                if (lanes > 0) {
+                    const uint8_t *block = a.base + static_cast<size_t>(a.blocks[pos / a.block_positions]) * a.block_stride;
+                    kt = block + a.k_offset + static_cast<size_t>((pos % a.block_positions) * Dk) * eb;
+                }
+                for (int64_t s = 0; s < dk_steps; ++s)
+                    for (int64_t r = 0; r < 16; ++r) {
+                        const int64_t d = 32 * s + 2 * r;
+                        v16 x0 = {}, x1 = {};
+                        if (lanes > 0 && d < Dk) x0 = keep_first(load16(a.elem, kt + static_cast<size_t>(d * kLanes) * eb), lanes);
+                        if (lanes > 0 && d + 1 < Dk)
+                            x1 = keep_first(load16(a.elem, kt + static_cast<size_t>((d + 1) * kLanes) * eb), lanes);
+                        const Terms t0 = terms_of(x0, split), t1 = terms_of(x1, split);
+                        for (int sg = 0; sg < segs; ++sg)
+                            store_pairs(tile_row(kb, k_steps, p, sg * dk_steps + s, h, r), b_term(t0, sg), b_term(t1, sg));
+                    }
+            }
+        attention_tile_gemm(a, kb, cp, ka, qa, ka, R, S, C);  // S [R][cp], already scaled
+
+        // Online softmax per row over its visible positions of the chunk; P as the A of P·V ([hi | hi | lo]
+        // segments of cp entries, zero past the visible ones).
+        for (int64_t r = 0; r < R; ++r) {
+            const int64_t seen = std::clamp<int64_t>(a.visible[r] - c0, 0, n_pos);
+            uint16_t *prow = pa + r * segs * C;
+            if (seen == 0) {
+                std::fill_n(prow, segs * cp, uint16_t{0});
+                corr[r] = 1.0f;
+                continue;
+            }
+            const float *srow = S + r * C;
+            v16 vmax = splat(-INFINITY);
+            for (int64_t c = 0; c < seen; c += kLanes) {
+                const v16 x = load(srow + c);
+                const v16i lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+                const v16 masked = lane < static_cast<int32_t>(seen - c) ? x : splat(-INFINITY);
+                vmax = vmax > masked ? vmax : masked;
+            }
+            const float m_new = std::max(m[r], hmax(vmax));
+            corr[r] = exp_nonpositive(splat(m[r] - m_new))[0];
+            v16 sum = {};
+            for (int64_t c = 0; c < cp; c += kLanes) {
+                const v16 e = keep_first(exp_nonpositive(load(srow + c) - m_new), seen - c);
+                const Terms t = terms_of(e, split);
+                sum += split ? e : bf16_value(t.hi);  // the weights the products use
+                for (int sg = 0; sg < segs; ++sg) store_bf16(prow + sg * cp + c, a_term(t, sg));
+            }
+            l[r] = l[r] * corr[r] + hsum(sum);
+            m[r] = m_new;
+        }
+
+        // Values as B of P·V: W [Dv][segs·cp], column j of half h of panel p is dimension 32p + 16h + j, tile row
+        // r of K step s holds positions 2r, 2r+1 of the step (two cache rows). Past the last visible position and
+        // the last dimension, zeros.
+        const int64_t pos_steps = cp / 32, v_steps = segs * pos_steps, v_panels = plan.dvp / 32;
+        for (int64_t s = 0; s < pos_steps; ++s)
+            for (int64_t r = 0; r < 16; ++r) {
+                const uint8_t *vr[2] = {nullptr, nullptr};
+                for (int i = 0; i < 2; ++i) {
+                    const int64_t pos = c0 + 32 * s + 2 * r + i;
+                    if (pos >= max_visible) continue;
+                    const uint8_t *block = a.base + static_cast<size_t>(a.blocks[pos / a.block_positions]) * a.block_stride;
+                    vr[i] = block + a.v_offset + static_cast<size_t>((pos % a.block_positions) * Dv) * eb;
+                }
+                for (int64_t p = 0; p < v_panels; ++p)
+                    for (int64_t h = 0; h < 2; ++h) {
+                        const int64_t d = 32 * p + 16 * h, n = std::max<int64_t>(0, Dv - d);
+                        v16 x0 = {}, x1 = {};
+                        if (vr[0] && n > 0) x0 = load16_first(a.elem, vr[0] + static_cast<size_t>(d) * eb, n);
+                        if (vr[1] && n > 0) x1 = load16_first(a.elem, vr[1] + static_cast<size_t>(d) * eb, n);
+                        const Terms t0 = terms_of(x0, split), t1 = terms_of(x1, split);
+                        for (int sg = 0; sg < segs; ++sg)
+                            store_pairs(tile_row(vb, v_steps, p, sg * pos_steps + s, h, r), b_term(t0, sg), b_term(t1, sg));
+                    }
+            }
+        attention_tile_gemm(a, vb, Dv, segs * cp, pa, segs * C, R, pv, Dv);  // pv [R][Dv]
+
+        for (int64_t r = 0; r < R; ++r) {
+            float *orow = o + r * Dv;
+            const float *prow = pv + r * Dv;
+            const float cr = corr[r];
+            int64_t i = 0;
+            for (; i + kLanes <= Dv; i += kLanes) store(orow + i, load(orow + i) * cr + load(prow + i));
+            for (; i < Dv; ++i) orow[i] = orow[i] * cr + prow[i];
+        }
+    }
+    for (int64_t r = 0; r < R; ++r) {
+        const float inv = 1.0f / l[r];
+        for (int64_t i = 0; i < Dv; ++i) o[r * Dv + i] *= inv;
+    }
+}
+
+inline void attend(const AttentionArgs &a) {
+    // The tile paths implement neither windows, sinks nor values inside the keys.
+    if (a.products == Products::kF32 || a.window > 0 || a.sinks || a.v_in_k >= 0) return attend_f32(a);
+    attend_tiles(a);
 }
 
 }  // namespace

@@ -44,6 +44,17 @@ kt::test::TinyModel large_q8_model() {
     return m;
 }
 
+// A few MB of Q8_0, enough for a packing to report many tensors.
+kt::test::TinyModel small_q8_model() {
+    kt::test::TinyModel m;
+    m.weight_type = KT_TYPE_Q8_0;
+    m.n_embd = 256;
+    m.n_ff = 256;
+    m.n_expert = 8;
+    m.n_vocab = 512;
+    return m;
+}
+
 struct ChildRun {
     long peak_rss_kb = -1;
     std::vector<uint8_t> logits;
@@ -101,15 +112,9 @@ TEST_CASE("a loaded model's peak resident memory is about its file's size, with 
 }
 
 TEST_CASE("pages given back after packing are read again from the file, unchanged") {
-    kt::test::TinyModel spec;
-    spec.weight_type = KT_TYPE_Q8_0;
-    spec.n_embd = 256;
-    spec.n_ff = 256;
-    spec.n_expert = 8;
-    spec.n_vocab = 512;
     TempDir dir;
     const std::string path = dir.file("tiny.gguf");
-    kt::test::write_tiny_model_file_or_fail(spec, path);
+    kt::test::write_tiny_model_file_or_fail(small_q8_model(), path);
 
     kt_model *model = nullptr;
     REQUIRE(kt_model_load(path.c_str(), nullptr, &model, nullptr) == KT_STATUS_OK);
@@ -211,15 +216,9 @@ std::vector<float> engine_logits(kt_model *model) {
 }  // namespace
 
 TEST_CASE("kt_model_load with prepare packs the weights, reporting each tensor, and can be cancelled while packing") {
-    kt::test::TinyModel spec;
-    spec.weight_type = KT_TYPE_Q8_0;
-    spec.n_embd = 256;
-    spec.n_ff = 256;
-    spec.n_expert = 8;
-    spec.n_vocab = 512;
     TempDir dir;
     const std::string path = dir.file("tiny.gguf");
-    kt::test::write_tiny_model_file_or_fail(spec, path);
+    kt::test::write_tiny_model_file_or_fail(small_q8_model(), path);
 
     kt_model_params mp;
     kt_model_params_init(&mp);
@@ -238,7 +237,7 @@ TEST_CASE("kt_model_load with prepare packs the weights, reporting each tensor, 
     CHECK(std::count(log.fractions.begin(), log.fractions.end(), 1.0f) == 1);
     // Packing reports after every kernel: per layer q, k, v, o, the router and the expert stack; then the head.
     const auto packing = std::count_if(log.fractions.begin(), log.fractions.end(), [](float f) { return f > 0.2f && f < 1.0f; });
-    CHECK(packing >= 6 * spec.n_layer + 1);
+    CHECK(packing >= 6 * small_q8_model().n_layer + 1);
 
     // The prepared model runs as one prepared by its first context.
     kt_model *plain = nullptr;

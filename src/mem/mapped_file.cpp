@@ -106,6 +106,29 @@ Status MappedFile::open(const std::string &path, bool use_mmap, const ReadProgre
     return Status::ok();
 }
 
+Status MappedFile::open_shared(const std::string &path, MappedFile *out) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return io_error(path, "cannot open", errno);
+    struct FdCloser {
+        int fd;
+        ~FdCloser() { ::close(fd); }
+    } closer{fd};
+    struct stat st;
+    if (fstat(fd, &st) != 0) return io_error(path, "cannot stat", errno);
+    KT_RETURN_IF(!S_ISREG(st.st_mode), KT_STATUS_IO_ERROR, "%s: not a regular file", path.c_str());
+    KT_RETURN_IF(st.st_size <= 0, KT_STATUS_IO_ERROR, "%s: empty file", path.c_str());
+    const uint64_t size = static_cast<uint64_t>(st.st_size);
+    void *p = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) return io_error(path, "mmap failed", errno);
+    MappedFile f;
+    f.data_ = static_cast<const uint8_t *>(p);
+    f.size_ = size;
+    f.mapped_ = true;
+    f.owned_ = true;
+    *out = std::move(f);
+    return Status::ok();
+}
+
 void MappedFile::prefetch(uint64_t offset, uint64_t length) const {
     if (!mapped_ || offset >= size_) return;
     if (length > size_ - offset) length = size_ - offset;

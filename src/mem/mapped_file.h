@@ -25,6 +25,11 @@ public:
     // reporting progress. An empty file is valid and has data() == nullptr.
     static Status open(const std::string &path, bool use_mmap, const ReadProgress &progress, MappedFile *out);
 
+    // Maps the file read-only and shared (MAP_SHARED): every process mapping it reads the same page-cache pages,
+    // and none can change them through this mapping. For files kt itself wrote (the packed cache); an empty file
+    // is an error here.
+    static Status open_shared(const std::string &path, MappedFile *out);
+
     // Wraps caller-owned bytes (tests, fuzzing): nothing is copied or freed.
     static MappedFile borrow(const uint8_t *data, uint64_t size);
 

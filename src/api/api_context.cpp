@@ -70,7 +70,7 @@ Status require(bool condition, const char *what) {
 }
 
 Status prepared_model(kt_model *model, int32_t kernels, int32_t n_threads, std::shared_ptr<const model::Model> *out,
-                      const model::Model::Progress &progress) {
+                      const model::Model::Progress &progress, std::shared_ptr<moe::PackedStore> store) {
     std::lock_guard<std::mutex> lock(model->runners_mutex);
     std::shared_ptr<const kt::model::Model> &slot = model->runners[kernels];
     if (!slot) {
@@ -79,6 +79,7 @@ Status prepared_model(kt_model *model, int32_t kernels, int32_t n_threads, std::
             if (!model->engine) {
                 kt::runtime::EngineOptions options;
                 options.n_threads = n_threads;
+                options.store = std::move(store);
                 KT_TRY(kt::runtime::create_engine_kernels(options, &model->engine));
             }
             factory = model->engine.get();

@@ -235,7 +235,9 @@ Status ExpertPool::validate(const ForwardArgs &a) const {
 // Loading
 
 Status ExpertPool::load(const MatrixSource &gate, const MatrixSource &up, const MatrixSource &down,
-                        int64_t first_expert, int64_t n_experts, PackedStore *store, const char *name) {
+                        int64_t first_expert, int64_t n_experts, PackedStore *store, const char *const *given_names) {
+    const char *const unnamed[3] = {"", "", ""};
+    const char *const *names = given_names ? given_names : unnamed;
     std::lock_guard<std::mutex> lock(mutex_);
     executor_->wait_for(last_ticket_.load(std::memory_order_acquire));  // none of this pool's jobs may be running
     const auto start = std::chrono::steady_clock::now();
@@ -270,7 +272,7 @@ Status ExpertPool::load(const MatrixSource &gate, const MatrixSource &up, const 
     if (!same || n == E) {
         loaded_ = false;
         allocated_ = false;
-        KT_TRY(prepare(gs, us, ds, gran, n == E ? store : nullptr, name));
+        KT_TRY(prepare(gs, us, ds, gran, n == E ? store : nullptr, names));
         specs_[0] = gs;
         specs_[1] = us;
         specs_[2] = ds;
@@ -294,9 +296,9 @@ Status ExpertPool::load(const MatrixSource &gate, const MatrixSource &up, const 
         for (size_t g = 0; g < groups_.size(); ++g) {
             const Group &grp = *groups_[g];
             if (grp.shard() == 0) continue;
-            store->keep(name, grp.desc(PackedBufferDesc::kGate, static_cast<int>(g), E), grp.gate_w);
-            store->keep(name, grp.desc(PackedBufferDesc::kUp, static_cast<int>(g), E), grp.up_w);
-            store->keep(name, grp.desc(PackedBufferDesc::kDown, static_cast<int>(g), E), grp.down_w);
+            store->keep(names[0], grp.desc(PackedBufferDesc::kGate, static_cast<int>(g), E), grp.gate_w);
+            store->keep(names[1], grp.desc(PackedBufferDesc::kUp, static_cast<int>(g), E), grp.up_w);
+            store->keep(names[2], grp.desc(PackedBufferDesc::kDown, static_cast<int>(g), E), grp.down_w);
         }
     }
     loaded_ = true;
@@ -310,7 +312,7 @@ Status ExpertPool::load(const MatrixSource &gate, const MatrixSource &up, const 
 }
 
 Status ExpertPool::prepare(const PackSpec &gs, const PackSpec &us, const PackSpec &ds, int64_t gran, PackedStore *store,
-                           const char *name) {
+                           const char *const names[3]) {
     const int64_t E = config_.n_experts, H = config_.hidden, I = config_.intermediate;
     Executor &ex = *executor_;
     // Shards of I: proportional to each group's threads, cut where every format allows (32-row panels for gate/up,
@@ -380,16 +382,16 @@ Status ExpertPool::prepare(const PackSpec &gs, const PackSpec &us, const PackSpe
     // the shard's node, to be packed.
     from_store_ = false;
     if (store) {
-        bool all = true;
-        for (size_t g = 0; g < groups_.size() && all; ++g) {
+        std::vector<PackedRequest> requests;
+        for (size_t g = 0; g < groups_.size(); ++g) {
             Group &grp = *groups_[g];
             if (grp.shard() == 0) continue;
             const int gi = static_cast<int>(g);
-            all = store->take(name, grp.desc(PackedBufferDesc::kGate, gi, E), &grp.gate_w) &&
-                  store->take(name, grp.desc(PackedBufferDesc::kUp, gi, E), &grp.up_w) &&
-                  store->take(name, grp.desc(PackedBufferDesc::kDown, gi, E), &grp.down_w);
+            requests.push_back({names[0], grp.desc(PackedBufferDesc::kGate, gi, E), &grp.gate_w});
+            requests.push_back({names[1], grp.desc(PackedBufferDesc::kUp, gi, E), &grp.up_w});
+            requests.push_back({names[2], grp.desc(PackedBufferDesc::kDown, gi, E), &grp.down_w});
         }
-        from_store_ = all;
+        from_store_ = store->take(requests.data(), requests.size());
     }
     for (size_t g = 0; g < groups_.size(); ++g) {
         Group &grp = *groups_[g];

@@ -100,10 +100,10 @@ public:
     // those in place, starts over (experts not loaded since hold zeros); otherwise only these experts are replaced,
     // so a host can convert a layer expert by expert.
     // With a store (may be nullptr; used by loads of all experts), each shard's gate, up and down buffers are first
-    // asked of it under `name` (the gate tensor's): when it has all of them the sources' data is never read;
-    // otherwise the experts are packed and the packed buffers handed to it.
+    // asked of it under the tensors' names (names: gate, up, down; may be nullptr for ""): when it has all of them
+    // the sources' data is never read; otherwise the experts are packed and the packed buffers handed to it.
     Status load(const MatrixSource &gate, const MatrixSource &up, const MatrixSource &down, int64_t first_expert = 0,
-                int64_t n_experts = -1, PackedStore *store = nullptr, const char *name = "");
+                int64_t n_experts = -1, PackedStore *store = nullptr, const char *const *names = nullptr);
     bool loaded() const { return loaded_; }
     // Whether the packed weights in place are views of a store's (a cache file's) instead of packed here.
     bool from_store() const { return from_store_; }
@@ -137,7 +137,7 @@ private:
     Status init(const ExpertPoolConfig &config);
     Status validate(const ForwardArgs &args) const;
     Status prepare(const PackSpec &gate, const PackSpec &up, const PackSpec &down, int64_t granularity,
-                   PackedStore *store, const char *name);
+                   PackedStore *store, const char *const names[3]);
     Status pack_experts(const MatrixSource &gate, const MatrixSource &up, const MatrixSource &down, int64_t first_expert,
                         int64_t n);
     void run_phases(Executor &ex, const Job &job, int tid);

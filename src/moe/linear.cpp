@@ -31,7 +31,8 @@ Status PackedLinear::create(const MatrixSource &w, TargetFormat format, const fl
     desc.part = PackedBufferDesc::kLinear;
     desc.layout = layout;
     desc.stride = layout.bytes;
-    if (store && store->take(name, desc, &l->buffer_)) {
+    const PackedRequest request{name, desc, &l->buffer_};
+    if (store && store->take(&request, 1)) {
         l->matrix_.data = l->buffer_.data();
         *out = std::move(l);
         return Status::ok();

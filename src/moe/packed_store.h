@@ -2,15 +2,17 @@
 // handed to be kept (runtime/pack_cache.h implements it with a cache file next to the model).
 //
 // A packer (PackedLinear::create, ExpertPool::load) describes each buffer it is about to fill by a PackedBufferDesc,
-// computed from the sources' shapes and types alone. take() answers with a view holding exactly the bytes packing
-// would have written, or false, and the packer then packs from the source as without a store. After packing, keep()
-// hands the store the filled buffer (which stays alive, unchanged, for as long as the model that owns it).
+// computed from the sources' shapes and types alone. take() answers all of a packer's buffers at once (a pool's
+// gate, up and down of every shard) with views holding exactly the bytes packing would have written, or with false
+// and no view at all, and the packer then packs from the source as without a store. After packing, keep() hands
+// the store each filled buffer (which stays alive, unchanged, for as long as the model that owns it).
 //
 // Buffers are asked for in the order the model's loader builds its kernels, which a given source file and kt
 // version make deterministic; `name` (the tensor's) and the descriptor are checked against what was stored, so a
 // store never hands out bytes for another buffer. Called from one thread at a time (the loader's).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "backends/cpu/packed.h"
@@ -29,10 +31,16 @@ struct PackedBufferDesc {
     uint64_t bytes() const { return stride * static_cast<uint64_t>(count); }
 };
 
+struct PackedRequest {
+    const char *name = "";  // the tensor's
+    PackedBufferDesc desc;
+    mem::WeightStorage *out = nullptr;
+};
+
 class PackedStore {
 public:
     virtual ~PackedStore() = default;
-    virtual bool take(const char *name, const PackedBufferDesc &desc, mem::WeightStorage *out) = 0;
+    virtual bool take(const PackedRequest *requests, size_t n) = 0;
     virtual void keep(const char *name, const PackedBufferDesc &desc, const mem::WeightStorage &buffer) = 0;
 };
 

@@ -118,7 +118,8 @@ public:
         if (options.down_bias) c.down_bias.assign(options.down_bias, options.down_bias + down_n);
         std::unique_ptr<moe::ExpertPool> pool;
         KT_TRY(Status(moe::ExpertPool::create(c, &pool)).with_context(gate.first.name));
-        KT_TRY(Status(pool->load(g, u, d, 0, -1, options_.store.get(), gate.first.name)).with_context(gate.first.name));
+        const char *const names[3] = {gate.first.name, up.first.name, down.first.name};
+        KT_TRY(Status(pool->load(g, u, d, 0, -1, options_.store.get(), names)).with_context(gate.first.name));
         *out = std::make_unique<PoolFfn>(std::move(pool), c.n_experts, c.hidden, c.intermediate, c.max_tokens);
         return Status::ok();
     }

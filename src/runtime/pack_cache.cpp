@@ -326,7 +326,7 @@ Status PackCache::check(const gguf::File &source, const Progress &progress) {
     return Status::ok();
 }
 
-bool PackCache::take(const char *name, const moe::PackedBufferDesc &desc, mem::WeightStorage *out) {
+bool PackCache::take(const moe::PackedRequest *requests, size_t n) {
     if (state_ != State::kReading) return false;
     auto stale = [&](const std::string &why) {
         KT_LOG_WARN_MSG("pack cache %s: %s; this and the remaining tensors are packed from the model, and the cache "
@@ -334,17 +334,29 @@ bool PackCache::take(const char *name, const moe::PackedBufferDesc &desc, mem::W
         state_ = State::kStale;
         return false;
     };
-    if (next_ >= entries_.size()) return stale(format("has %zu buffers, the model needs more (%s)", entries_.size(), name));
-    const Entry &e = entries_[next_];
-    if (e.name != name || !same_desc(e.desc, desc))
-        return stale(format("buffer %zu is %s (%s, shard %d, %llu bytes), the model asks for %s (%s, shard %d, %llu bytes)",
-                            next_, e.name.c_str(), part_name(e.desc.part), e.desc.shard,
-                            static_cast<unsigned long long>(e.desc.bytes()), name, part_name(desc.part), desc.shard,
-                            static_cast<unsigned long long>(desc.bytes())));
-    const Status s = mem::WeightStorage::view(mapping_, mapping_->data() + e.offset, desc.bytes(), out);
-    if (!s.is_ok()) return stale(s.message());
-    kept_.push_back({e.name, desc, out->data()});
-    ++next_;
+    // All or nothing: every request checked against the table before any view is made.
+    for (size_t i = 0; i < n; ++i) {
+        const moe::PackedRequest &r = requests[i];
+        if (next_ + i >= entries_.size())
+            return stale(format("has %zu buffers, the model needs more (%s)", entries_.size(), r.name));
+        const Entry &e = entries_[next_ + i];
+        if (e.name != r.name || !same_desc(e.desc, r.desc))
+            return stale(format("buffer %zu is %s (%s, shard %d, %llu bytes), the model asks for %s (%s, shard %d, %llu bytes)",
+                                next_ + i, e.name.c_str(), part_name(e.desc.part), e.desc.shard,
+                                static_cast<unsigned long long>(e.desc.bytes()), r.name, part_name(r.desc.part),
+                                r.desc.shard, static_cast<unsigned long long>(r.desc.bytes())));
+    }
+    std::vector<mem::WeightStorage> views(n);
+    for (size_t i = 0; i < n; ++i) {
+        const Status s = mem::WeightStorage::view(mapping_, mapping_->data() + entries_[next_ + i].offset,
+                                                  requests[i].desc.bytes(), &views[i]);
+        if (!s.is_ok()) return stale(s.message());
+    }
+    for (size_t i = 0; i < n; ++i) {
+        *requests[i].out = std::move(views[i]);
+        kept_.push_back({entries_[next_ + i].name, requests[i].desc, requests[i].out->data()});
+    }
+    next_ += n;
     return true;
 }
 

@@ -100,7 +100,7 @@ public:
     // prefetched).
     bool covers(std::string_view name) const { return reading() && covered_.count(std::string(name)) > 0; }
 
-    bool take(const char *name, const moe::PackedBufferDesc &desc, mem::WeightStorage *out) override;
+    bool take(const moe::PackedRequest *requests, size_t n) override;
     void keep(const char *name, const moe::PackedBufferDesc &desc, const mem::WeightStorage &buffer) override;
 
     // After the model's kernels are all built: writes the file when none was used (or the one used no longer

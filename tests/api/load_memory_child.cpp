@@ -26,6 +26,25 @@ long peak_rss_kb() {
 
 void log_to_stderr(int32_t, const char *message, void *) { std::fprintf(stderr, "kt: %s\n", message); }
 
+// Resident KiB of this process's mappings of `path` (/proc/self/smaps); -1 when unreadable.
+long mapped_rss_kb(const char *path) {
+    FILE *f = std::fopen("/proc/self/smaps", "r");
+    if (!f) return -1;
+    char line[4096];
+    bool in = false;
+    long total = 0, kb = 0;
+    while (std::fgets(line, sizeof line, f)) {
+        unsigned long a = 0, b = 0;
+        char name[4096] = "";
+        if (std::sscanf(line, "%lx-%lx %*s %*s %*s %*s %4095s", &a, &b, name) >= 2 && b > a)
+            in = std::strcmp(name, path) == 0;
+        else if (in && std::sscanf(line, "Rss: %ld kB", &kb) == 1)
+            total += kb;
+    }
+    std::fclose(f);
+    return total;
+}
+
 int fail(const char *what, const char *message) {
     std::printf("%s: %s\n", what, message);
     return 1;
@@ -48,6 +67,8 @@ int main(int argc, char **argv) {
     kt_error err = {sizeof(kt_error), 0, {0}};
     kt_model *model = nullptr;
     if (kt_model_load(argv[1], &mp, &model, &err) != KT_STATUS_OK) return fail("kt_model_load", err.message);
+    // What of the model file is resident once it is loaded (with a cache used: only what the cache does not hold).
+    if (cache) std::fprintf(stderr, "model_rss_kb %ld\n", mapped_rss_kb(argv[1]));
     kt_context_params cp;
     kt_context_params_init(&cp);
     cp.n_ctx = 64;

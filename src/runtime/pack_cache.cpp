@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <cerrno>
 #include <cstring>
 
@@ -123,8 +125,69 @@ const char *part_name(int32_t part) {
     }
 }
 
-// Bytes of the file per progress report while checking (also the unit of cancellation).
+// Buffers are hashed in pieces of this size, each piece by itself (seeded with its index), and a buffer's hash is
+// the hash of its pieces' hashes: pieces hash in parallel, and progress is reported between them.
 constexpr uint64_t kCheckStep = 16ull << 20;
+
+}  // namespace
+
+// The hash of each buffer (data[i], bytes[i]) as the table stores it, computed on up to `threads` threads (the
+// calling one included, which alone reports progress: bytes hashed, bytes in all). False when progress cancelled.
+static bool hash_buffers(const std::vector<const uint8_t *> &data, const std::vector<uint64_t> &bytes, int threads,
+                         const PackCache::Progress &progress, std::vector<uint64_t> *out) {
+    struct Piece {
+        size_t buffer;
+        uint64_t at, len;
+    };
+    std::vector<Piece> pieces;
+    std::vector<size_t> first(data.size() + 1, 0);
+    uint64_t total = 0;
+    for (size_t b = 0; b < data.size(); ++b) {
+        first[b] = pieces.size();
+        for (uint64_t at = 0; at < bytes[b]; at += kCheckStep) pieces.push_back({b, at, std::min(kCheckStep, bytes[b] - at)});
+        total += bytes[b];
+    }
+    first[data.size()] = pieces.size();
+    std::vector<uint64_t> piece_hash(pieces.size());
+    std::atomic<size_t> next{0};
+    std::atomic<uint64_t> done{0};
+    std::atomic<bool> cancelled{false};
+    auto work = [&](bool report) {
+        for (;;) {
+            if (cancelled.load(std::memory_order_relaxed)) return;
+            const size_t i = next.fetch_add(1, std::memory_order_relaxed);
+            if (i >= pieces.size()) return;
+            const Piece &p = pieces[i];
+            piece_hash[i] = PackCache::hash(data[p.buffer] + p.at, p.len, i - first[p.buffer]);
+            const uint64_t d = done.fetch_add(p.len, std::memory_order_relaxed) + p.len;
+            if (report && progress && !progress(d, total)) cancelled.store(true, std::memory_order_relaxed);
+        }
+    };
+    std::vector<std::thread> helpers;
+    for (int t = 1; t < threads && static_cast<size_t>(t) < pieces.size(); ++t) {
+        try {
+            helpers.emplace_back(work, false);
+        } catch (...) {  // no thread to be had: fewer helpers, same result
+            break;
+        }
+    }
+    work(true);
+    for (std::thread &h : helpers) h.join();
+    if (cancelled.load()) return false;
+    out->resize(data.size());
+    for (size_t b = 0; b < data.size(); ++b)
+        (*out)[b] = PackCache::hash(reinterpret_cast<const uint8_t *>(piece_hash.data() + first[b]),
+                                    (first[b + 1] - first[b]) * sizeof(uint64_t), bytes[b]);
+    return true;
+}
+
+namespace {
+
+// Threads that hash a cache: the machine's, up to 8 (hashing runs at memory bandwidth well before that).
+int hash_threads() {
+    const unsigned n = std::thread::hardware_concurrency();
+    return static_cast<int>(std::clamp(n, 1u, 8u));
+}
 
 }  // namespace
 
@@ -252,7 +315,7 @@ Status PackCache::check(const gguf::File &source, const Progress &progress) {
     KT_RETURN_IF(get_u64(f + kHdrTableHash) != hash(f + table_offset, table_bytes), KT_STATUS_INVALID_FILE,
                  "table checksum mismatch");
     std::vector<Entry> entries(static_cast<size_t>(n));
-    uint64_t end = round_up(table_offset + table_bytes, kBufferAlignment), payload = 0;
+    uint64_t end = round_up(table_offset + table_bytes, kBufferAlignment);
     for (uint64_t i = 0; i < n; ++i) {
         const uint8_t *e = f + table_offset + i * kEntryBytes;
         Entry &en = entries[static_cast<size_t>(i)];
@@ -291,28 +354,23 @@ Status PackCache::check(const gguf::File &source, const Progress &progress) {
                      static_cast<unsigned long long>(end), static_cast<unsigned long long>(d.bytes()),
                      static_cast<unsigned long long>(size));
         end = en.offset + d.bytes();
-        payload += d.bytes();
         if (i + 1 < n) end = round_up(end, kBufferAlignment);
     }
     KT_RETURN_IF(end != size, KT_STATUS_INVALID_FILE, "the buffers end at %llu, the file at %llu",
                  static_cast<unsigned long long>(end), static_cast<unsigned long long>(size));
 
     // Every buffer's bytes: reading them all is the prefetch, so the check costs about one pass over the file.
-    uint64_t done = 0;
+    std::vector<const uint8_t *> data;
+    std::vector<uint64_t> bytes, hashes;
     for (const Entry &en : entries) {
-        const uint64_t bytes = en.desc.bytes();
-        uint64_t h = 0;
-        // Hashed in one pass (the hash's state cannot be split), with progress between kCheckStep pieces: the piece
-        // hashes are chained, each seeded with the previous one's.
-        for (uint64_t at = 0; at < bytes; at += kCheckStep) {
-            const uint64_t len = std::min(kCheckStep, bytes - at);
-            h = hash(f + en.offset + at, len, h);
-            done += len;
-            KT_RETURN_IF(progress && !progress(done, payload), KT_STATUS_CANCELLED, "loading cancelled");
-        }
-        KT_RETURN_IF(h != en.hash, KT_STATUS_INVALID_FILE, "the bytes of %s (%s, shard %d) do not match their checksum",
-                     en.name.c_str(), part_name(en.desc.part), en.desc.shard);
+        data.push_back(f + en.offset);
+        bytes.push_back(en.desc.bytes());
     }
+    KT_RETURN_IF(!hash_buffers(data, bytes, hash_threads(), progress, &hashes), KT_STATUS_CANCELLED, "loading cancelled");
+    for (size_t i = 0; i < entries.size(); ++i)
+        KT_RETURN_IF(hashes[i] != entries[i].hash, KT_STATUS_INVALID_FILE,
+                     "the bytes of %s (%s, shard %d) do not match their checksum", entries[i].name.c_str(),
+                     part_name(entries[i].desc.part), entries[i].desc.shard);
     // The alignment gaps (before the first buffer and between buffers) are zero: no byte of the file goes unchecked.
     uint64_t gap = table_offset + table_bytes;
     for (const Entry &en : entries) {
@@ -400,6 +458,13 @@ Status PackCache::write_file(std::string *written) {
     uint64_t end = round_up(kHeaderBytes + n * kEntryBytes, kBufferAlignment);
     std::vector<uint64_t> offsets(static_cast<size_t>(n));
     uint64_t payload = 0;
+    std::vector<const uint8_t *> data;
+    std::vector<uint64_t> sizes, hashes;
+    for (const Kept &k : kept_) {
+        data.push_back(k.data);
+        sizes.push_back(k.desc.bytes());
+    }
+    hash_buffers(data, sizes, hash_threads(), nullptr, &hashes);
     for (uint64_t i = 0; i < n; ++i) {
         const Kept &k = kept_[static_cast<size_t>(i)];
         const moe::PackedBufferDesc &d = k.desc;
@@ -418,10 +483,7 @@ Status PackCache::write_file(std::string *written) {
         put_u64(e + kEntStride, d.stride);
         put_u64(e + kEntCount, static_cast<uint64_t>(d.count));
         put_u64(e + kEntOffset, end);
-        // The same chained piece hashes the reader computes.
-        uint64_t h = 0;
-        for (uint64_t at = 0; at < d.bytes(); at += kCheckStep) h = hash(k.data + at, std::min(kCheckStep, d.bytes() - at), h);
-        put_u64(e + kEntHash, h);
+        put_u64(e + kEntHash, hashes[static_cast<size_t>(i)]);
         offsets[static_cast<size_t>(i)] = end;
         end += d.bytes();
         payload += d.bytes();

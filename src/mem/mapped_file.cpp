@@ -134,9 +134,31 @@ void MappedFile::prefetch(uint64_t offset, uint64_t length) const {
     if (length > size_ - offset) length = size_ - offset;
     // Reading one byte per page faults it in; the volatile sink keeps the loads from being optimised away.
     const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    // Asked for as a whole first, so that a range not in the page cache is read with the kernel's large readahead
+    // rather than a small synchronous read per fault.
+    const uint64_t first = offset / page * page;
+    (void)madvise(const_cast<uint8_t *>(data_) + first, offset + length - first, MADV_WILLNEED);
     volatile uint8_t sink = 0;
     for (uint64_t i = offset - offset % page; i < offset + length; i += page) sink = sink + data_[i];
     (void)sink;
+}
+
+void MappedFile::will_need() const {
+    if (mapped_ && data_) (void)madvise(const_cast<uint8_t *>(data_), size_, MADV_WILLNEED);
+}
+
+bool MappedFile::populate(uint64_t offset, uint64_t length) const {
+#ifdef MADV_POPULATE_READ
+    if (!mapped_ || offset >= size_) return false;
+    if (length > size_ - offset) length = size_ - offset;
+    const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    const uint64_t first = offset / page * page;
+    return madvise(const_cast<uint8_t *>(data_) + first, offset + length - first, MADV_POPULATE_READ) == 0;
+#else
+    (void)offset;
+    (void)length;
+    return false;
+#endif
 }
 
 uint64_t MappedFile::drop_pages(const uint8_t *begin, uint64_t length) const {

@@ -83,11 +83,18 @@ Status sample_source(const std::string &path, uint64_t data_offset, uint64_t siz
     std::vector<uint8_t> buf(PackCache::kSampleBytes);
     uint64_t h = PackCache::hash(nullptr, 0, size);
     const uint64_t span = size > data_offset ? size - data_offset : 0;
+    auto sample_at = [&](int i) {
+        // Samples at i / kSourceSamples of the data, the last one ending at the file's end.
+        if (i == PackCache::kSourceSamples) return size > PackCache::kSampleBytes ? size - PackCache::kSampleBytes : 0;
+        return data_offset + span / PackCache::kSourceSamples * static_cast<uint64_t>(i);
+    };
+    // All asked for at once: on a cold page cache the reads then overlap instead of waiting on the disk one by one.
+    for (int i = 0; i <= PackCache::kSourceSamples && span > 0; ++i)
+        (void)posix_fadvise(fd, static_cast<off_t>(sample_at(i)), static_cast<off_t>(PackCache::kSampleBytes),
+                            POSIX_FADV_WILLNEED);
     Status s;
     for (int i = 0; i <= PackCache::kSourceSamples && span > 0; ++i) {
-        // Samples at i / kSourceSamples of the data, the last one ending at the file's end.
-        uint64_t at = data_offset + span / PackCache::kSourceSamples * static_cast<uint64_t>(i);
-        if (i == PackCache::kSourceSamples) at = size > PackCache::kSampleBytes ? size - PackCache::kSampleBytes : 0;
+        const uint64_t at = sample_at(i);
         const uint64_t want = std::min<uint64_t>(PackCache::kSampleBytes, size - at);
         uint64_t got = 0;
         while (got < want) {
@@ -133,8 +140,9 @@ constexpr uint64_t kCheckStep = 16ull << 20;
 
 // The hash of each buffer (data[i], bytes[i]) as the table stores it, computed on up to `threads` threads (the
 // calling one included, which alone reports progress: bytes hashed, bytes in all). False when progress cancelled.
+// With `mapping` (the buffers lie in it), each piece's pages are mapped in one call before it is hashed.
 static bool hash_buffers(const std::vector<const uint8_t *> &data, const std::vector<uint64_t> &bytes, int threads,
-                         const PackCache::Progress &progress, std::vector<uint64_t> *out) {
+                         const PackCache::Progress &progress, const mem::MappedFile *mapping, std::vector<uint64_t> *out) {
     struct Piece {
         size_t buffer;
         uint64_t at, len;
@@ -158,6 +166,7 @@ static bool hash_buffers(const std::vector<const uint8_t *> &data, const std::ve
             const size_t i = next.fetch_add(1, std::memory_order_relaxed);
             if (i >= pieces.size()) return;
             const Piece &p = pieces[i];
+            if (mapping) (void)mapping->populate(static_cast<uint64_t>(data[p.buffer] + p.at - mapping->data()), p.len);
             piece_hash[i] = PackCache::hash(data[p.buffer] + p.at, p.len, i - first[p.buffer]);
             const uint64_t d = done.fetch_add(p.len, std::memory_order_relaxed) + p.len;
             if (report && progress && !progress(d, total)) cancelled.store(true, std::memory_order_relaxed);
@@ -366,7 +375,9 @@ Status PackCache::check(const gguf::File &source, const Progress &progress) {
         data.push_back(f + en.offset);
         bytes.push_back(en.desc.bytes());
     }
-    KT_RETURN_IF(!hash_buffers(data, bytes, hash_threads(), progress, &hashes), KT_STATUS_CANCELLED, "loading cancelled");
+    mapped->will_need();
+    KT_RETURN_IF(!hash_buffers(data, bytes, hash_threads(), progress, mapped.get(), &hashes), KT_STATUS_CANCELLED,
+                 "loading cancelled");
     for (size_t i = 0; i < entries.size(); ++i)
         KT_RETURN_IF(hashes[i] != entries[i].hash, KT_STATUS_INVALID_FILE,
                      "the bytes of %s (%s, shard %d) do not match their checksum", entries[i].name.c_str(),
@@ -464,7 +475,7 @@ Status PackCache::write_file(std::string *written) {
         data.push_back(k.data);
         sizes.push_back(k.desc.bytes());
     }
-    hash_buffers(data, sizes, hash_threads(), nullptr, &hashes);
+    hash_buffers(data, sizes, hash_threads(), nullptr, nullptr, &hashes);
     for (uint64_t i = 0; i < n; ++i) {
         const Kept &k = kept_[static_cast<size_t>(i)];
         const moe::PackedBufferDesc &d = k.desc;

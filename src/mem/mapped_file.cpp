@@ -143,8 +143,12 @@ void MappedFile::prefetch(uint64_t offset, uint64_t length) const {
     (void)sink;
 }
 
-void MappedFile::will_need() const {
-    if (mapped_ && data_) (void)madvise(const_cast<uint8_t *>(data_), size_, MADV_WILLNEED);
+void MappedFile::will_need(uint64_t offset, uint64_t length) const {
+    if (!mapped_ || offset >= size_) return;
+    if (length > size_ - offset) length = size_ - offset;
+    const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    const uint64_t first = offset / page * page;
+    (void)madvise(const_cast<uint8_t *>(data_) + first, offset + length - first, MADV_WILLNEED);
 }
 
 bool MappedFile::populate(uint64_t offset, uint64_t length) const {

@@ -40,9 +40,9 @@ public:
     // Touches every page of [offset, offset + length) so that later reads do not fault. For mapped files only;
     // a no-op otherwise.
     void prefetch(uint64_t offset, uint64_t length) const;
-    // Starts reading the whole mapped file in the background (MADV_WILLNEED: the kernel's large readahead, as a
+    // Starts reading [offset, offset + length) in the background (MADV_WILLNEED: the kernel's large readahead, as a
     // sequential read() gets), so that later faults find its pages in the page cache. No-op unless mapped.
-    void will_need() const;
+    void will_need(uint64_t offset, uint64_t length) const;
     // Maps the pages of [offset, offset + length) into this process in one call (MADV_POPULATE_READ, reading them
     // from disk first where needed): far cheaper than faulting them in one by one. False where the kernel cannot
     // (before Linux 5.14); the pages then come in on first touch as usual.

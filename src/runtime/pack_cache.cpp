@@ -157,6 +157,11 @@ static bool hash_buffers(const std::vector<const uint8_t *> &data, const std::ve
     }
     first[data.size()] = pieces.size();
     std::vector<uint64_t> piece_hash(pieces.size());
+    // Before the first pieces are hashed, those that far ahead are asked for too.
+    constexpr size_t kReadAhead = 4;
+    if (mapping)
+        for (size_t i = 0; i < std::min(kReadAhead, pieces.size()); ++i)
+            mapping->will_need(static_cast<uint64_t>(data[pieces[i].buffer] + pieces[i].at - mapping->data()), pieces[i].len);
     std::atomic<size_t> next{0};
     std::atomic<uint64_t> done{0};
     std::atomic<bool> cancelled{false};
@@ -166,7 +171,15 @@ static bool hash_buffers(const std::vector<const uint8_t *> &data, const std::ve
             const size_t i = next.fetch_add(1, std::memory_order_relaxed);
             if (i >= pieces.size()) return;
             const Piece &p = pieces[i];
-            if (mapping) (void)mapping->populate(static_cast<uint64_t>(data[p.buffer] + p.at - mapping->data()), p.len);
+            if (mapping) {
+                // Reads kReadAhead pieces ahead start now (on a cold page cache the disk then works while this
+                // piece is hashed), then this piece's pages are mapped in one call.
+                if (i + kReadAhead < pieces.size()) {
+                    const Piece &q = pieces[i + kReadAhead];
+                    mapping->will_need(static_cast<uint64_t>(data[q.buffer] + q.at - mapping->data()), q.len);
+                }
+                (void)mapping->populate(static_cast<uint64_t>(data[p.buffer] + p.at - mapping->data()), p.len);
+            }
             piece_hash[i] = PackCache::hash(data[p.buffer] + p.at, p.len, i - first[p.buffer]);
             const uint64_t d = done.fetch_add(p.len, std::memory_order_relaxed) + p.len;
             if (report && progress && !progress(d, total)) cancelled.store(true, std::memory_order_relaxed);
@@ -375,7 +388,6 @@ Status PackCache::check(const gguf::File &source, const Progress &progress) {
         data.push_back(f + en.offset);
         bytes.push_back(en.desc.bytes());
     }
-    mapped->will_need();
     KT_RETURN_IF(!hash_buffers(data, bytes, hash_threads(), progress, mapped.get(), &hashes), KT_STATUS_CANCELLED,
                  "loading cancelled");
     for (size_t i = 0; i < entries.size(); ++i)

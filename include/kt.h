@@ -194,6 +194,18 @@ typedef struct kt_model_params {
                                    the file's size of memory, not two copies */
     int32_t n_threads;          /* with prepare: threads of the packing and of the model's expert engine, which the
                                    contexts and engines created later share (0: one per physical core) */
+    /* Added after the fields above (kt 0.2): a caller built against an older kt.h gets 0 / NULL for all three. */
+    int32_t pack_cache;         /* default 0: off; 1 (with prepare = 1): keep the packed weights in a cache file and
+                                   map it on later loads instead of repacking. A valid cache (same kt version and
+                                   build, same kernel set, made from this very file: size, mtime, header and
+                                   sampled bytes, and every packed byte's checksum) is mapped read-only and shared
+                                   with every process using it, read once with progress; the model file's pages of
+                                   the tensors it holds are never read. A missing, stale or corrupt cache is logged
+                                   (KT_LOG_INFO / KT_LOG_WARN, with the reason) and replaced by a new one written
+                                   atomically after packing; failing to write it (read-only directory, full disk)
+                                   is logged, never an error of the load */
+    int32_t reserved1;          /* must be 0 */
+    const char *pack_cache_path;/* with pack_cache: the cache file (NULL: the model's path + ".ktpack"); copied */
 } kt_model_params;
 
 /* Fills *params with struct_size and the defaults above. */

@@ -41,6 +41,8 @@ int usage(const char *message = nullptr) {
                  "      --kernels K         auto (default) or reference (exact f32 math, slow)\n"
                  "      --logits FILE       write the prompt's logits (f32, n_tokens x n_vocab) to FILE\n"
                  "      --ignore-eos        do not stop at the vocabulary's end-of-sequence token\n"
+                 "      --pack-cache [PATH] keep the packed weights in PATH (default MODEL.ktpack) and map them on\n"
+                 "                          later runs instead of repacking (with -v: whether it was used, or why not)\n"
                  "  -v, --verbose           kt's log on standard error (loading, the packing rate)\n"
                  "sampling (default: greedy):\n"
                  "      --temp T            temperature (0: greedy)\n"
@@ -91,7 +93,8 @@ int fail(const char *what, const char *message) {
 }  // namespace
 
 int main(int argc, char **argv) {
-    std::string model_path, logits_path, prompt_text;
+    std::string model_path, logits_path, prompt_text, pack_cache_path;
+    bool pack_cache = false;
     std::vector<int32_t> prompt;
     int64_t n_predict = 32;
     bool ignore_eos = false, print_ids = false;
@@ -109,6 +112,12 @@ int main(int argc, char **argv) {
         if (a == "-h" || a == "--help") return usage();
         if (a == "--ignore-eos" || a == "--ids") {
             (a == "--ids" ? print_ids : ignore_eos) = true;
+            continue;
+        }
+        if (a == "--pack-cache") {
+            // An optional path: the next argument unless it is another option.
+            pack_cache = true;
+            if (i + 1 < argc && argv[i + 1][0] != '-') pack_cache_path = argv[++i];
             continue;
         }
         if (a == "-v" || a == "--verbose") {
@@ -153,6 +162,11 @@ int main(int argc, char **argv) {
     // The engine's kernels are built while loading, where the load's progress and time belong.
     mp.prepare = cp.kernels == KT_KERNELS_AUTO;
     mp.n_threads = cp.n_threads;
+    if (pack_cache) {
+        if (!mp.prepare) return usage("--pack-cache needs --kernels auto");
+        mp.pack_cache = 1;
+        mp.pack_cache_path = pack_cache_path.empty() ? nullptr : pack_cache_path.c_str();
+    }
     const auto load_start = std::chrono::steady_clock::now();
     if (kt_model_load(model_path.c_str(), &mp, &model, &err) != KT_STATUS_OK) return fail("load", err.message);
     const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();

@@ -53,6 +53,9 @@ func cLayouts() []structLayout {
 			{"progress_user_data", unsafe.Offsetof(modelParamsStruct.progress_user_data), unsafe.Sizeof(modelParamsStruct.progress_user_data)},
 			{"prepare", unsafe.Offsetof(modelParamsStruct.prepare), unsafe.Sizeof(modelParamsStruct.prepare)},
 			{"n_threads", unsafe.Offsetof(modelParamsStruct.n_threads), unsafe.Sizeof(modelParamsStruct.n_threads)},
+			{"pack_cache", unsafe.Offsetof(modelParamsStruct.pack_cache), unsafe.Sizeof(modelParamsStruct.pack_cache)},
+			{"reserved1", unsafe.Offsetof(modelParamsStruct.reserved1), unsafe.Sizeof(modelParamsStruct.reserved1)},
+			{"pack_cache_path", unsafe.Offsetof(modelParamsStruct.pack_cache_path), unsafe.Sizeof(modelParamsStruct.pack_cache_path)},
 		}},
 		{"kt_tensor_info", unsafe.Sizeof(tensorInfoStruct), []fieldLayout{
 			{"struct_size", unsafe.Offsetof(tensorInfoStruct.struct_size), unsafe.Sizeof(tensorInfoStruct.struct_size)},

@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "ops/linear.h"
 #include "runtime/engine_kernels.h"
+#include "runtime/pack_cache.h"
 
 using kt::Status;
 using kt::api::guard;
@@ -70,15 +71,19 @@ Status require(bool condition, const char *what) {
 }
 
 Status prepared_model(kt_model *model, int32_t kernels, int32_t n_threads, std::shared_ptr<const model::Model> *out,
-                      const model::Model::Progress &progress) {
+                      const model::Model::Progress &progress, std::shared_ptr<moe::PackedStore> store) {
     std::lock_guard<std::mutex> lock(model->runners_mutex);
     std::shared_ptr<const kt::model::Model> &slot = model->runners[kernels];
     if (!slot) {
+        // With a pack cache read to the end nothing was packed: the time is that of mapping its buffers (checked
+        // before).
+        const auto *cache = dynamic_cast<const kt::runtime::PackCache *>(model->engine ? nullptr : store.get());
         const kt::ops::KernelFactory *factory = &kt::ops::reference_kernels();
         if (kernels == KT_KERNELS_AUTO) {
             if (!model->engine) {
                 kt::runtime::EngineOptions options;
                 options.n_threads = n_threads;
+                options.store = std::move(store);
                 KT_TRY(kt::runtime::create_engine_kernels(options, &model->engine));
             }
             factory = model->engine.get();
@@ -87,13 +92,15 @@ Status prepared_model(kt_model *model, int32_t kernels, int32_t n_threads, std::
         const auto start = std::chrono::steady_clock::now();
         KT_TRY(kt::model::Model::load(*model->file, *factory, &m, progress));
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const bool mapped = cache && cache->reading();
         // The rate counts the file's bytes (as stored) that were bound and packed, per second of wall time.
         KT_LOG_INFO_MSG("%s: %s, %lld layers, hidden %lld, %lld experts (%lld used), vocabulary %lld; kernels: %s; "
-                        "%.2f GB of weights prepared in %.2f s (%.2f GB/s)",
+                        "%.2f GB of weights %s in %.2f s (%.2f GB/s)",
                         model->file->source_name().c_str(), m->hp.arch.c_str(), static_cast<long long>(m->hp.n_layer),
                         static_cast<long long>(m->hp.n_embd), static_cast<long long>(m->hp.n_expert),
                         static_cast<long long>(m->hp.n_expert_used), static_cast<long long>(m->hp.n_vocab),
-                        m->kernels->name(), static_cast<double>(m->weight_bytes) * 1e-9, seconds,
+                        m->kernels->name(), static_cast<double>(m->weight_bytes) * 1e-9,
+                        mapped ? "mapped from the pack cache" : "prepared", seconds,
                         seconds > 0 ? static_cast<double>(m->weight_bytes) * 1e-9 / seconds : 0.0);
         slot = std::move(m);
     }

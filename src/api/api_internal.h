@@ -81,6 +81,10 @@ struct kt_gguf_writer {
     kt_error_slot error;
 };
 
+namespace kt::moe {
+class PackedStore;
+}
+
 namespace kt::api {
 
 // Runs `body` (returning Status), converting any exception to a status. Never throws.
@@ -119,8 +123,11 @@ Status require(bool condition, const char *what);
 // The model prepared for `kernels`, built once per kt_model and shared by its contexts and engines. n_threads: the
 // expert engine's (the first AUTO user's choice).
 // `progress` (may be null) hears of each tensor packed when this call is the one that prepares the model.
+// `store` (may be null): where the engine's packed buffers come from and go to (the load's pack cache), used when
+// this call is the one that prepares the model.
 Status prepared_model(kt_model *model, int32_t kernels, int32_t n_threads, std::shared_ptr<const model::Model> *out,
-                      const model::Model::Progress &progress = nullptr);
+                      const model::Model::Progress &progress = nullptr,
+                      std::shared_ptr<moe::PackedStore> store = nullptr);
 
 // The sampler settings of a (possibly NULL) caller struct; NULL means greedy.
 Status read_sampler(const kt_sampler_params *given, runtime::SamplerParams *out);

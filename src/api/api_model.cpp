@@ -5,8 +5,12 @@
 #include <vector>
 
 #include "api/api_internal.h"
+#include "backends/cpu/kernels.h"
 #include "core/log.h"
+#include "kt_git_revision.h"  // generated at build time (src/api/CMakeLists.txt)
 #include "mem/mapped_file.h"
+#include "moe/weights.h"
+#include "runtime/pack_cache.h"
 #include "ops/ref/quants_ref.h"
 #include "ops/types.h"
 
@@ -50,6 +54,10 @@ Status load_model(const char *path, const kt_model_params &params, kt_model **ou
 
     KT_TRY(require(params.prepare == 0 || params.prepare == 1, "kt_model_load: params.prepare must be 0 or 1"));
     KT_TRY(require(params.n_threads >= 0, "kt_model_load: params.n_threads is negative"));
+    KT_TRY(require(params.pack_cache == 0 || params.pack_cache == 1, "kt_model_load: params.pack_cache must be 0 or 1"));
+    KT_TRY(require(params.pack_cache == 0 || params.prepare == 1,
+                   "kt_model_load: params.pack_cache needs params.prepare = 1 (the cache holds what preparing packs)"));
+    KT_TRY(require(params.reserved1 == 0, "kt_model_load: params.reserved1 must be 0"));
 
     Progress progress(params);
     // Reading without mmap is the bulk of the work, so it gets most of the bar; with mmap, prefetching does. When the
@@ -68,14 +76,53 @@ Status load_model(const char *path, const kt_model_params &params, kt_model **ou
     KT_TRY(kt::gguf::File::parse(std::move(bytes), path, &model->file));
     const kt::gguf::File &file = *model->file;
 
+    // The pack cache, when asked for: checked completely (which reads it once: its prefetch) before anything else is
+    // touched, so that a refused one leaves the load exactly as without it.
+    std::shared_ptr<kt::runtime::PackCache> cache;
+    if (params.pack_cache) {
+        const std::string cache_path =
+            params.pack_cache_path ? std::string(params.pack_cache_path) : kt::runtime::default_pack_cache_path(path);
+        kt::runtime::PackCacheBuild build;
+        build.kt_version = KT_VERSION_NUMBER;
+        build.git_revision = KT_GIT_REVISION;
+        // The expert pools' kernel set (the engine's linears use the same layouts at the level below AMX).
+        const kt::cpu::KernelSet &ks = kt::cpu::best_kernel_set(kt::cpu::kernel_level());
+        build.kernel_set = ks.name;
+        build.isa_level = static_cast<int32_t>(ks.level);
+        build.target_format = static_cast<int32_t>(kt::moe::TargetFormat::kAsSource);
+        build.int4_group = 128;
+        KT_TRY(kt::runtime::PackCache::open(cache_path, path, file, build,
+                                            [&](uint64_t done, uint64_t total) {
+                                                return progress.report(file_share * 0.99f * static_cast<float>(done) /
+                                                                       static_cast<float>(total));
+                                            },
+                                            &cache)
+                   .with_context(path));
+        if (cache->reading())
+            KT_LOG_INFO_MSG("pack cache %s: valid (%.2f GB, checked): the packed weights are mapped from it, not repacked",
+                            cache_path.c_str(), static_cast<double>(cache->file_bytes()) * 1e-9);
+        else if (cache->found())
+            KT_LOG_WARN_MSG("pack cache %s refused: %s; packing from the model and writing a new one", cache_path.c_str(),
+                            cache->refusal().c_str());
+        else
+            KT_LOG_INFO_MSG("pack cache %s: %s; packing from the model and writing one", cache_path.c_str(),
+                            cache->refusal().c_str());
+    }
+
     if (prefetching) {
         const uint64_t begin = file.data_offset(), end = file.file_size();
-        for (uint64_t at = begin; at < end; at += kPrefetchStep) {
-            file.bytes().prefetch(at, std::min(kPrefetchStep, end - at));
-            const float done = static_cast<float>(std::min(at + kPrefetchStep, end) - begin) /
-                               static_cast<float>(end - begin);
-            KT_RETURN_IF(!progress.report(file_share * 0.99f * done), KT_STATUS_CANCELLED, "%s: loading cancelled",
-                         path);
+        if (cache && cache->reading()) {
+            // Only the tensors the cache does not hold (embedding, norms, biases): the others' pages stay on disk.
+            for (const kt::gguf::TensorInfo &t : file.tensors())
+                if (!cache->covers(t.name)) file.bytes().prefetch(static_cast<uint64_t>(t.data - file.bytes().data()), t.n_bytes);
+        } else {
+            for (uint64_t at = begin; at < end; at += kPrefetchStep) {
+                file.bytes().prefetch(at, std::min(kPrefetchStep, end - at));
+                const float done = static_cast<float>(std::min(at + kPrefetchStep, end) - begin) /
+                                   static_cast<float>(end - begin);
+                KT_RETURN_IF(!progress.report(file_share * 0.99f * done), KT_STATUS_CANCELLED, "%s: loading cancelled",
+                             path);
+            }
         }
     }
     if (params.prepare) {
@@ -84,7 +131,10 @@ Status load_model(const char *path, const kt_model_params &params, kt_model **ou
                                        [&](uint64_t done, uint64_t total) {
                                            const float packed = static_cast<float>(done) / static_cast<float>(total);
                                            return progress.report(file_share + (1.0f - file_share) * 0.99f * packed);
-                                       }));
+                                       },
+                                       cache));
+        // Writes the cache when none was used (after packing, so a cancelled or failed load never writes one).
+        if (cache) cache->finish();
     }
     KT_RETURN_IF(!progress.report(1.0f), KT_STATUS_CANCELLED, "%s: loading cancelled", path);
     KT_LOG_INFO_MSG("loaded %s: GGUF v%u, %zu metadata keys, %zu tensors, %llu bytes", path, file.version(),

@@ -106,14 +106,63 @@ Status MappedFile::open(const std::string &path, bool use_mmap, const ReadProgre
     return Status::ok();
 }
 
+Status MappedFile::open_shared(const std::string &path, MappedFile *out) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return io_error(path, "cannot open", errno);
+    struct FdCloser {
+        int fd;
+        ~FdCloser() { ::close(fd); }
+    } closer{fd};
+    struct stat st;
+    if (fstat(fd, &st) != 0) return io_error(path, "cannot stat", errno);
+    KT_RETURN_IF(!S_ISREG(st.st_mode), KT_STATUS_IO_ERROR, "%s: not a regular file", path.c_str());
+    KT_RETURN_IF(st.st_size <= 0, KT_STATUS_IO_ERROR, "%s: empty file", path.c_str());
+    const uint64_t size = static_cast<uint64_t>(st.st_size);
+    void *p = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) return io_error(path, "mmap failed", errno);
+    MappedFile f;
+    f.data_ = static_cast<const uint8_t *>(p);
+    f.size_ = size;
+    f.mapped_ = true;
+    f.owned_ = true;
+    *out = std::move(f);
+    return Status::ok();
+}
+
 void MappedFile::prefetch(uint64_t offset, uint64_t length) const {
     if (!mapped_ || offset >= size_) return;
     if (length > size_ - offset) length = size_ - offset;
     // Reading one byte per page faults it in; the volatile sink keeps the loads from being optimised away.
     const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    // Asked for as a whole first, so that a range not in the page cache is read with the kernel's large readahead
+    // rather than a small synchronous read per fault.
+    const uint64_t first = offset / page * page;
+    (void)madvise(const_cast<uint8_t *>(data_) + first, offset + length - first, MADV_WILLNEED);
     volatile uint8_t sink = 0;
     for (uint64_t i = offset - offset % page; i < offset + length; i += page) sink = sink + data_[i];
     (void)sink;
+}
+
+void MappedFile::will_need(uint64_t offset, uint64_t length) const {
+    if (!mapped_ || offset >= size_) return;
+    if (length > size_ - offset) length = size_ - offset;
+    const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    const uint64_t first = offset / page * page;
+    (void)madvise(const_cast<uint8_t *>(data_) + first, offset + length - first, MADV_WILLNEED);
+}
+
+bool MappedFile::populate(uint64_t offset, uint64_t length) const {
+#ifdef MADV_POPULATE_READ
+    if (!mapped_ || offset >= size_) return false;
+    if (length > size_ - offset) length = size_ - offset;
+    const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    const uint64_t first = offset / page * page;
+    return madvise(const_cast<uint8_t *>(data_) + first, offset + length - first, MADV_POPULATE_READ) == 0;
+#else
+    (void)offset;
+    (void)length;
+    return false;
+#endif
 }
 
 uint64_t MappedFile::drop_pages(const uint8_t *begin, uint64_t length) const {

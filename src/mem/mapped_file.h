@@ -25,6 +25,11 @@ public:
     // reporting progress. An empty file is valid and has data() == nullptr.
     static Status open(const std::string &path, bool use_mmap, const ReadProgress &progress, MappedFile *out);
 
+    // Maps the file read-only and shared (MAP_SHARED): every process mapping it reads the same page-cache pages,
+    // and none can change them through this mapping. For files kt itself wrote (the packed cache); an empty file
+    // is an error here.
+    static Status open_shared(const std::string &path, MappedFile *out);
+
     // Wraps caller-owned bytes (tests, fuzzing): nothing is copied or freed.
     static MappedFile borrow(const uint8_t *data, uint64_t size);
 
@@ -35,6 +40,13 @@ public:
     // Touches every page of [offset, offset + length) so that later reads do not fault. For mapped files only;
     // a no-op otherwise.
     void prefetch(uint64_t offset, uint64_t length) const;
+    // Starts reading [offset, offset + length) in the background (MADV_WILLNEED: the kernel's large readahead, as a
+    // sequential read() gets), so that later faults find its pages in the page cache. No-op unless mapped.
+    void will_need(uint64_t offset, uint64_t length) const;
+    // Maps the pages of [offset, offset + length) into this process in one call (MADV_POPULATE_READ, reading them
+    // from disk first where needed): far cheaper than faulting them in one by one. False where the kernel cannot
+    // (before Linux 5.14); the pages then come in on first touch as usual.
+    bool populate(uint64_t offset, uint64_t length) const;
 
     // Gives back the resident pages wholly inside [begin, begin + length) once their bytes have been copied out
     // (repacked at load), so that a model does not hold its packed copy and the mapping side by side. Pages only

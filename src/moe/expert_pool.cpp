@@ -52,12 +52,24 @@ struct ExpertPool::Group {
     int64_t shard() const { return i_end - i_begin; }
     PackedLayout gate_l, up_l, down_l;
     size_t gate_stride = 0, up_stride = 0, down_stride = 0;  // bytes per expert
-    mem::NumaBuffer gate_w, up_w, down_w;
+    mem::WeightStorage gate_w, up_w, down_w;  // owned and packed here, or views of a PackedStore's
     int64_t h_sums_ld = 0;
 
-    PackedMatrix gate(int64_t e) const { return {gate_l, gate_w.as<uint8_t>() + e * gate_stride}; }
-    PackedMatrix up(int64_t e) const { return {up_l, up_w.as<uint8_t>() + e * up_stride}; }
-    PackedMatrix down(int64_t e) const { return {down_l, down_w.as<uint8_t>() + e * down_stride}; }
+    PackedMatrix gate(int64_t e) const { return {gate_l, gate_w.data() + e * gate_stride}; }
+    PackedMatrix up(int64_t e) const { return {up_l, up_w.data() + e * up_stride}; }
+    PackedMatrix down(int64_t e) const { return {down_l, down_w.data() + e * down_stride}; }
+
+    // The buffer descriptors of this shard (as a PackedStore knows them), for n_experts experts.
+    moe::PackedBufferDesc desc(int32_t part, int g, int64_t n_experts) const {
+        moe::PackedBufferDesc d;
+        d.part = part;
+        d.shard = g;
+        d.shard_begin = i_begin;
+        d.layout = part == PackedBufferDesc::kGate ? gate_l : part == PackedBufferDesc::kUp ? up_l : down_l;
+        d.stride = part == PackedBufferDesc::kGate ? gate_stride : part == PackedBufferDesc::kUp ? up_stride : down_stride;
+        d.count = n_experts;
+        return d;
+    }
 };
 
 // ------------------------------------------------------------------------------------------------------------
@@ -223,7 +235,9 @@ Status ExpertPool::validate(const ForwardArgs &a) const {
 // Loading
 
 Status ExpertPool::load(const MatrixSource &gate, const MatrixSource &up, const MatrixSource &down,
-                        int64_t first_expert, int64_t n_experts) {
+                        int64_t first_expert, int64_t n_experts, PackedStore *store, const char *const *given_names) {
+    const char *const unnamed[3] = {"", "", ""};
+    const char *const *names = given_names ? given_names : unnamed;
     std::lock_guard<std::mutex> lock(mutex_);
     executor_->wait_for(last_ticket_.load(std::memory_order_acquire));  // none of this pool's jobs may be running
     const auto start = std::chrono::steady_clock::now();
@@ -252,13 +266,13 @@ Status ExpertPool::load(const MatrixSource &gate, const MatrixSource &up, const 
     const int64_t gran = std::lcm(int64_t{32}, slice_k_granularity(down, ds));
     // A load of all experts, or of experts whose packed types differ from those in place, starts over; a load of
     // some experts in the types in place replaces just those.
-    const bool same = allocated_ && gs.type == specs_[0].type && gs.group == specs_[0].group &&
+    const bool same = allocated_ && !from_store_ && gs.type == specs_[0].type && gs.group == specs_[0].group &&
                       us.type == specs_[1].type && us.group == specs_[1].group && ds.type == specs_[2].type &&
                       ds.group == specs_[2].group && gran == granularity_;
     if (!same || n == E) {
         loaded_ = false;
         allocated_ = false;
-        KT_TRY(prepare(gs, us, ds, gran));
+        KT_TRY(prepare(gs, us, ds, gran, n == E ? store : nullptr, names));
         specs_[0] = gs;
         specs_[1] = us;
         specs_[2] = ds;
@@ -270,7 +284,7 @@ Status ExpertPool::load(const MatrixSource &gate, const MatrixSource &up, const 
     // two being resident side by side. A batch gives every thread of a group at least two pack items.
     const bool dropping = gate.drop_after_packing || up.drop_after_packing || down.drop_after_packing;
     const int64_t batch = dropping ? std::max<int64_t>(4, (2 * executor_->threads() + 2) / 3) : n;
-    for (int64_t j0 = 0; j0 < n; j0 += batch) {
+    for (int64_t j0 = 0; j0 < n && !from_store_; j0 += batch) {
         const int64_t j1 = std::min(n, j0 + batch);
         KT_TRY(pack_experts(rows_of(gate, j0 * I, j1 * I), rows_of(up, j0 * I, j1 * I), rows_of(down, j0 * H, j1 * H),
                             first_expert + j0, j1 - j0));
@@ -278,16 +292,27 @@ Status ExpertPool::load(const MatrixSource &gate, const MatrixSource &up, const 
         drop_packed_rows(up, j0 * I, j1 * I);
         drop_packed_rows(down, j0 * H, j1 * H);
     }
+    if (store && n == E && !from_store_) {
+        for (size_t g = 0; g < groups_.size(); ++g) {
+            const Group &grp = *groups_[g];
+            if (grp.shard() == 0) continue;
+            store->keep(names[0], grp.desc(PackedBufferDesc::kGate, static_cast<int>(g), E), grp.gate_w);
+            store->keep(names[1], grp.desc(PackedBufferDesc::kUp, static_cast<int>(g), E), grp.up_w);
+            store->keep(names[2], grp.desc(PackedBufferDesc::kDown, static_cast<int>(g), E), grp.down_w);
+        }
+    }
     loaded_ = true;
     info_.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    KT_LOG_INFO_MSG("expert pool: loaded experts [%lld, %lld) of %lld (gate %s, up %s, down %s), %.1f MiB packed in %.2f s",
+    KT_LOG_INFO_MSG("expert pool: loaded experts [%lld, %lld) of %lld (gate %s, up %s, down %s), %.1f MiB %s in %.2f s",
                     static_cast<long long>(first_expert), static_cast<long long>(first_expert + n), static_cast<long long>(E),
                     info_.gate_type.c_str(), info_.up_type.c_str(), info_.down_type.c_str(),
-                    static_cast<double>(info_.expert_bytes * static_cast<uint64_t>(n)) / (1 << 20), info_.load_seconds);
+                    static_cast<double>(info_.expert_bytes * static_cast<uint64_t>(n)) / (1 << 20),
+                    from_store_ ? "mapped from the pack cache" : "packed", info_.load_seconds);
     return Status::ok();
 }
 
-Status ExpertPool::prepare(const PackSpec &gs, const PackSpec &us, const PackSpec &ds, int64_t gran) {
+Status ExpertPool::prepare(const PackSpec &gs, const PackSpec &us, const PackSpec &ds, int64_t gran, PackedStore *store,
+                           const char *const names[3]) {
     const int64_t E = config_.n_experts, H = config_.hidden, I = config_.intermediate;
     Executor &ex = *executor_;
     // Shards of I: proportional to each group's threads, cut where every format allows (32-row panels for gate/up,
@@ -319,15 +344,12 @@ Status ExpertPool::prepare(const PackSpec &gs, const PackSpec &us, const PackSpe
     const Group *first = nullptr;
     for (size_t g = 0; g < groups_.size(); ++g) {
         Group &grp = *groups_[g];
-        const mem::Topology *topo = grp.node >= 0 ? &ex.topology() : nullptr;
         info_.shard_begin.push_back(grp.i_begin);
-        grp.gate_w = mem::NumaBuffer();
-        grp.up_w = mem::NumaBuffer();
-        grp.down_w = mem::NumaBuffer();
-        if (grp.shard() == 0) {
-            info_.placement.emplace_back("empty");
-            continue;
-        }
+        grp.gate_w = mem::WeightStorage();
+        grp.up_w = mem::WeightStorage();
+        grp.down_w = mem::WeightStorage();
+        info_.placement.emplace_back("empty");
+        if (grp.shard() == 0) continue;
         ++shards_;
         if (!first) first = &grp;
         KT_TRY(cpu::packed_layout(gs.type, grp.shard(), H, gs.group, 0, &grp.gate_l).with_context("gate"));
@@ -337,11 +359,7 @@ Status ExpertPool::prepare(const PackSpec &gs, const PackSpec &us, const PackSpe
         grp.gate_stride = static_cast<size_t>(round_up(static_cast<int64_t>(grp.gate_l.bytes), 64));
         grp.up_stride = static_cast<size_t>(round_up(static_cast<int64_t>(grp.up_l.bytes), 64));
         grp.down_stride = static_cast<size_t>(round_up(static_cast<int64_t>(grp.down_l.bytes), 64));
-        KT_TRY(mem::NumaBuffer::allocate(grp.gate_stride * static_cast<size_t>(E), topo, grp.node, &grp.gate_w));
-        KT_TRY(mem::NumaBuffer::allocate(grp.up_stride * static_cast<size_t>(E), topo, grp.node, &grp.up_w));
-        KT_TRY(mem::NumaBuffer::allocate(grp.down_stride * static_cast<size_t>(E), topo, grp.node, &grp.down_w));
         info_.weight_bytes += (grp.gate_stride + grp.up_stride + grp.down_stride) * static_cast<uint64_t>(E);
-        info_.placement.emplace_back(mem::placement_name(grp.gate_w.placement()));
 
         ScratchNeeds::PerGroup &pg = need.groups[g];
         const bool down_int = grp.down_l.type != cpu::PackedType::kBf16;
@@ -359,6 +377,33 @@ Status ExpertPool::prepare(const PackSpec &gs, const PackSpec &us, const PackSpe
         pg.tiles = sizeof(float) * static_cast<size_t>(kTileFloats * ex.group(static_cast<int>(g)).threads());
     }
     KT_RETURN_IF(!first, KT_STATUS_INTERNAL, "expert pool: no group received a shard of I = %lld", static_cast<long long>(I));
+
+    // The weights: every shard's three buffers from the store, or (when it lacks any of them) all allocated here on
+    // the shard's node, to be packed.
+    from_store_ = false;
+    if (store) {
+        std::vector<PackedRequest> requests;
+        for (size_t g = 0; g < groups_.size(); ++g) {
+            Group &grp = *groups_[g];
+            if (grp.shard() == 0) continue;
+            const int gi = static_cast<int>(g);
+            requests.push_back({names[0], grp.desc(PackedBufferDesc::kGate, gi, E), &grp.gate_w});
+            requests.push_back({names[1], grp.desc(PackedBufferDesc::kUp, gi, E), &grp.up_w});
+            requests.push_back({names[2], grp.desc(PackedBufferDesc::kDown, gi, E), &grp.down_w});
+        }
+        from_store_ = store->take(requests.data(), requests.size());
+    }
+    for (size_t g = 0; g < groups_.size(); ++g) {
+        Group &grp = *groups_[g];
+        if (grp.shard() == 0) continue;
+        if (!from_store_) {
+            const mem::Topology *topo = grp.node >= 0 ? &ex.topology() : nullptr;
+            KT_TRY(mem::WeightStorage::allocate(grp.gate_stride * static_cast<size_t>(E), topo, grp.node, &grp.gate_w));
+            KT_TRY(mem::WeightStorage::allocate(grp.up_stride * static_cast<size_t>(E), topo, grp.node, &grp.up_w));
+            KT_TRY(mem::WeightStorage::allocate(grp.down_stride * static_cast<size_t>(E), topo, grp.node, &grp.down_w));
+        }
+        info_.placement[g] = from_store_ ? "mapped" : mem::placement_name(grp.gate_w.placement());
+    }
     info_.gate_type = cpu::packed_type_info(first->gate_l.type).name;
     info_.up_type = cpu::packed_type_info(first->up_l.type).name;
     info_.down_type = cpu::packed_type_info(first->down_l.type).name;
@@ -407,15 +452,15 @@ Status ExpertPool::pack_experts(const MatrixSource &gate, const MatrixSource &up
                 switch (item % 3) {
                     case 0:
                         s = pack_slice(gate, gs, j * I + grp.i_begin, 0, grp.gate_l, 0, grp.gate_l.panels,
-                                       grp.gate_w.as<uint8_t>() + e * grp.gate_stride);
+                                       grp.gate_w.writable() + e * grp.gate_stride);
                         break;
                     case 1:
                         s = pack_slice(up, us, j * I + grp.i_begin, 0, grp.up_l, 0, grp.up_l.panels,
-                                       grp.up_w.as<uint8_t>() + e * grp.up_stride);
+                                       grp.up_w.writable() + e * grp.up_stride);
                         break;
                     default:
                         s = pack_slice(down, ds, j * H, grp.i_begin, grp.down_l, 0, grp.down_l.panels,
-                                       grp.down_w.as<uint8_t>() + e * grp.down_stride);
+                                       grp.down_w.writable() + e * grp.down_stride);
                         break;
                 }
                 if (!s.is_ok()) {

@@ -33,6 +33,7 @@
 #include "backends/cpu/kernels.h"
 #include "core/status.h"
 #include "moe/executor.h"
+#include "moe/packed_store.h"
 #include "moe/weights.h"
 
 namespace kt::moe {
@@ -98,9 +99,14 @@ public:
     // [first_expert, first_expert + n) (n < 0: to the last one). Loading all experts, or packed types other than
     // those in place, starts over (experts not loaded since hold zeros); otherwise only these experts are replaced,
     // so a host can convert a layer expert by expert.
+    // With a store (may be nullptr; used by loads of all experts), each shard's gate, up and down buffers are first
+    // asked of it under the tensors' names (names: gate, up, down; may be nullptr for ""): when it has all of them
+    // the sources' data is never read; otherwise the experts are packed and the packed buffers handed to it.
     Status load(const MatrixSource &gate, const MatrixSource &up, const MatrixSource &down, int64_t first_expert = 0,
-                int64_t n_experts = -1);
+                int64_t n_experts = -1, PackedStore *store = nullptr, const char *const *names = nullptr);
     bool loaded() const { return loaded_; }
+    // Whether the packed weights in place are views of a store's (a cache file's) instead of packed here.
+    bool from_store() const { return from_store_; }
 
     // mask[e] != 0: expert e is computed elsewhere and skipped. nullptr clears the mask. Applies to jobs submitted
     // afterwards.
@@ -130,7 +136,8 @@ private:
     ExpertPool() = default;
     Status init(const ExpertPoolConfig &config);
     Status validate(const ForwardArgs &args) const;
-    Status prepare(const PackSpec &gate, const PackSpec &up, const PackSpec &down, int64_t granularity);
+    Status prepare(const PackSpec &gate, const PackSpec &up, const PackSpec &down, int64_t granularity,
+                   PackedStore *store, const char *const names[3]);
     Status pack_experts(const MatrixSource &gate, const MatrixSource &up, const MatrixSource &down, int64_t first_expert,
                         int64_t n);
     void run_phases(Executor &ex, const Job &job, int tid);
@@ -143,6 +150,7 @@ private:
     PoolInfo info_;
     bool loaded_ = false;
     bool allocated_ = false;
+    bool from_store_ = false;  // the buffers are a store's views (read-only): partial loads must start over
     PackSpec specs_[3];        // gate, up, down as packed now
     int64_t granularity_ = 0;  // K granularity of the down slices the shards were cut with
     int shards_ = 0;           // groups with a non-empty shard

@@ -15,24 +15,35 @@ int64_t panel_grain(int64_t panels, int threads) { return std::max<int64_t>(1, p
 }  // namespace
 
 Status PackedLinear::create(const MatrixSource &w, TargetFormat format, const float *bias, const cpu::KernelSet &kernels,
-                            ThreadPool *pool, std::unique_ptr<PackedLinear> *out) {
+                            ThreadPool *pool, std::unique_ptr<PackedLinear> *out, PackedStore *store, const char *name) {
     std::unique_ptr<PackedLinear> l(new PackedLinear());
     l->kernels_ = &kernels;
     PackSpec spec;
     KT_TRY(pack_spec_for(w, format, 128, &spec));
     KT_TRY(slice_layout(w, spec, 0, w.rows, 0, w.cols, &l->matrix_.layout));
     const cpu::PackedLayout &layout = l->matrix_.layout;
-    KT_TRY(mem::NumaBuffer::allocate(layout.bytes, nullptr, -1, &l->buffer_));
-    l->matrix_.data = l->buffer_.as<uint8_t>();
     if (layout.type != cpu::PackedType::kBf16) {
         l->spec_ = cpu::quant_spec(layout);
         l->sums_ld_ = cpu::quant_sums_per_row(l->spec_, layout.k);
     }
     if (bias) l->bias_.assign(bias, bias + w.rows);
+    PackedBufferDesc desc;
+    desc.part = PackedBufferDesc::kLinear;
+    desc.layout = layout;
+    desc.stride = layout.bytes;
+    const PackedRequest request{name, desc, &l->buffer_};
+    if (store && store->take(&request, 1)) {
+        l->matrix_.data = l->buffer_.data();
+        *out = std::move(l);
+        return Status::ok();
+    }
+    KT_TRY(mem::WeightStorage::allocate(layout.bytes, nullptr, -1, &l->buffer_));
+    l->matrix_.data = l->buffer_.data();
+    uint8_t *dst = l->buffer_.writable();
     std::mutex failed_mutex;
     Status failed;
     auto pack = [&](int64_t p0, int64_t p1, int) {
-        Status s = pack_slice(w, spec, 0, 0, layout, p0, p1, l->buffer_.as<uint8_t>());
+        Status s = pack_slice(w, spec, 0, 0, layout, p0, p1, dst);
         if (!s.is_ok()) {
             std::lock_guard<std::mutex> lock(failed_mutex);
             if (failed.is_ok()) failed = std::move(s);
@@ -44,6 +55,7 @@ Status PackedLinear::create(const MatrixSource &w, TargetFormat format, const fl
         pack(0, layout.panels, 0);
     KT_TRY(std::move(failed));
     drop_packed_rows(w, 0, w.rows);
+    if (store) store->keep(name, desc, l->buffer_);
     *out = std::move(l);
     return Status::ok();
 }

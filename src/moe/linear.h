@@ -17,7 +17,8 @@
 #include "backends/cpu/kernels.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
-#include "mem/numa_buffer.h"
+#include "mem/weight_storage.h"
+#include "moe/packed_store.h"
 #include "moe/weights.h"
 
 namespace kt::moe {
@@ -36,9 +37,13 @@ public:
     };
 
     // Packs `w` ([N][K] rows of any type kt reads), in parallel on `pool` when given. bias: N floats, copied;
-    // may be nullptr.
+    // may be nullptr. With a store (may be nullptr), the packed matrix is first asked of it (under `name`, the
+    // tensor's): when it has the bytes, w's data is never read; otherwise the freshly packed buffer is handed to it.
     static Status create(const MatrixSource &w, TargetFormat format, const float *bias, const cpu::KernelSet &kernels,
-                         ThreadPool *pool, std::unique_ptr<PackedLinear> *out);
+                         ThreadPool *pool, std::unique_ptr<PackedLinear> *out, PackedStore *store = nullptr,
+                         const char *name = "");
+    // Whether the packed bytes are a view of a store's (a cache file's) instead of packed here.
+    bool from_store() const { return buffer_.is_view(); }
 
     int64_t in_features() const { return matrix_.layout.k; }
     int64_t out_features() const { return matrix_.layout.n; }
@@ -53,7 +58,7 @@ private:
     PackedLinear() = default;
 
     const cpu::KernelSet *kernels_ = nullptr;
-    mem::NumaBuffer buffer_;
+    mem::WeightStorage buffer_;
     cpu::PackedMatrix matrix_;
     cpu::QuantSpec spec_;
     int64_t sums_ld_ = 0;

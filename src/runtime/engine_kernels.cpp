@@ -8,6 +8,7 @@
 #include "mem/pinned_pool.h"
 #include "moe/expert_pool.h"
 #include "moe/linear.h"
+#include "moe/packed_store.h"
 #include "moe/weights.h"
 
 namespace kt::runtime {
@@ -87,7 +88,8 @@ public:
         moe::MatrixSource src;
         KT_TRY(source_of(w, 1, &src));
         std::unique_ptr<moe::PackedLinear> linear;
-        KT_TRY(Status(moe::PackedLinear::create(src, moe::TargetFormat::kAsSource, bias, ks_, load_pool_.get(), &linear))
+        KT_TRY(Status(moe::PackedLinear::create(src, moe::TargetFormat::kAsSource, bias, ks_, load_pool_.get(), &linear,
+                                                options_.store.get(), w.name))
                    .with_context(w.name));
         *out = std::make_unique<EngineLinear>(std::move(linear));
         return Status::ok();
@@ -116,7 +118,8 @@ public:
         if (options.down_bias) c.down_bias.assign(options.down_bias, options.down_bias + down_n);
         std::unique_ptr<moe::ExpertPool> pool;
         KT_TRY(Status(moe::ExpertPool::create(c, &pool)).with_context(gate.first.name));
-        KT_TRY(Status(pool->load(g, u, d)).with_context(gate.first.name));
+        const char *const names[3] = {gate.first.name, up.first.name, down.first.name};
+        KT_TRY(Status(pool->load(g, u, d, 0, -1, options_.store.get(), names)).with_context(gate.first.name));
         *out = std::make_unique<PoolFfn>(std::move(pool), c.n_experts, c.hidden, c.intermediate, c.max_tokens);
         return Status::ok();
     }

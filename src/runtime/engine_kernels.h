@@ -15,11 +15,18 @@
 #include "core/thread_pool.h"
 #include "ops/linear.h"
 
+namespace kt::moe {
+class PackedStore;
+}
+
 namespace kt::runtime {
 
 struct EngineOptions {
     int n_threads = 0;         // threads of the expert pools and of packing at load (0: one per physical core)
     int64_t max_tokens = 512;  // tokens per expert-pool call (longer batches are split)
+    // Where packed buffers come from instead of packing, and where packed ones are handed (moe/packed_store.h):
+    // the pack cache file of the model being loaded. Null: everything is packed.
+    std::shared_ptr<moe::PackedStore> store;
 };
 
 // Creates the factory. Its kernels outlive it: a Linear or ExpertFfn it built holds everything it needs.

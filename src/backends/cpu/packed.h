@@ -61,6 +61,10 @@ enum class PackedType : int32_t {
 };
 inline constexpr int kPackedTypeCount = 10;
 
+// The version of these layouts as bytes: packed buffers kept across processes (runtime/pack_cache.h) record it and
+// are refused when it differs. Increment it with any change to what pack_slice writes for any type.
+inline constexpr uint32_t kPackedLayoutVersion = 1;
+
 inline constexpr int64_t kPanel = 32;      // columns per panel
 inline constexpr int64_t kHalf = 16;       // columns per half panel (one AVX-512 vector of int32 / fp32)
 inline constexpr int64_t kTileBytes = 1024;

@@ -149,6 +149,9 @@ pub struct kt_model_params {
     pub progress_user_data: *mut c_void,
     pub prepare: i32,
     pub n_threads: i32,
+    pub pack_cache: i32,
+    pub reserved1: i32,
+    pub pack_cache_path: *const c_char,
 }
 
 #[repr(C)]

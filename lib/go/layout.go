@@ -53,6 +53,12 @@ func cLayouts() []structLayout {
 			{"progress_user_data", unsafe.Offsetof(modelParamsStruct.progress_user_data), unsafe.Sizeof(modelParamsStruct.progress_user_data)},
 			{"prepare", unsafe.Offsetof(modelParamsStruct.prepare), unsafe.Sizeof(modelParamsStruct.prepare)},
 			{"n_threads", unsafe.Offsetof(modelParamsStruct.n_threads), unsafe.Sizeof(modelParamsStruct.n_threads)},
+			{"device", unsafe.Offsetof(modelParamsStruct.device), unsafe.Sizeof(modelParamsStruct.device)},
+			{"device_index", unsafe.Offsetof(modelParamsStruct.device_index), unsafe.Sizeof(modelParamsStruct.device_index)},
+			{"device_budget_bytes", unsafe.Offsetof(modelParamsStruct.device_budget_bytes), unsafe.Sizeof(modelParamsStruct.device_budget_bytes)},
+			{"device_experts", unsafe.Offsetof(modelParamsStruct.device_experts), unsafe.Sizeof(modelParamsStruct.device_experts)},
+			{"device_expert_counts", unsafe.Offsetof(modelParamsStruct.device_expert_counts), unsafe.Sizeof(modelParamsStruct.device_expert_counts)},
+			{"device_expert_counts_len", unsafe.Offsetof(modelParamsStruct.device_expert_counts_len), unsafe.Sizeof(modelParamsStruct.device_expert_counts_len)},
 		}},
 		{"kt_tensor_info", unsafe.Sizeof(tensorInfoStruct), []fieldLayout{
 			{"struct_size", unsafe.Offsetof(tensorInfoStruct.struct_size), unsafe.Sizeof(tensorInfoStruct.struct_size)},

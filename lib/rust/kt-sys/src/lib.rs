@@ -149,6 +149,12 @@ pub struct kt_model_params {
     pub progress_user_data: *mut c_void,
     pub prepare: i32,
     pub n_threads: i32,
+    pub device: i32,
+    pub device_index: i32,
+    pub device_budget_bytes: u64,
+    pub device_experts: i64,
+    pub device_expert_counts: *const u64,
+    pub device_expert_counts_len: u64,
 }
 
 #[repr(C)]

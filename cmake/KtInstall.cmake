@@ -18,7 +18,7 @@ install(FILES "${PROJECT_BINARY_DIR}/kt-config.cmake" "${PROJECT_BINARY_DIR}/kt-
 
 set(KT_PC_CUDA_LIBS "")
 if(KT_CUDA_ENABLED)
-  set(KT_PC_CUDA_LIBS "-L${CUDAToolkit_LIBRARY_DIR} -lcudart_static -lcublas -lrt")
+  set(KT_PC_CUDA_LIBS "-L${CUDAToolkit_LIBRARY_DIR} -lcudart_static -lrt")
 endif()
 configure_file("${PROJECT_SOURCE_DIR}/cmake/kt.pc.in" "${PROJECT_BINARY_DIR}/kt.pc" @ONLY)
 install(FILES "${PROJECT_BINARY_DIR}/kt.pc" DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -4,9 +4,12 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 
 #include "backends/cuda/cuda_experts.h"
 
@@ -35,6 +38,45 @@ Status cublas_status(cublasStatus_t s, const char *what) {
         const cublasStatus_t kt_cb_s_ = (call);                                    \
         if (kt_cb_s_ != CUBLAS_STATUS_SUCCESS) return cublas_status(kt_cb_s_, what); \
     } while (0)
+
+// cuBLAS is opened when the first engine is created, not linked: the toolkit ships it as a shared library of
+// several hundred megabytes (cuBLASLt), which every program linking libkt would otherwise map and relocate at
+// start - on machines without a GPU too.
+struct Cublas {
+    decltype(&cublasCreate_v2) create = nullptr;
+    decltype(&cublasDestroy_v2) destroy = nullptr;
+    decltype(&cublasSetStream_v2) set_stream = nullptr;
+    // The C entry point (cublas_api.h also declares a C++ overload of the same name).
+    using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,
+                                      const void *, cudaDataType, int, const void *, cudaDataType, int, const void *,
+                                      void *, cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+    GemmEx gemm_ex = nullptr;
+    std::string error;
+};
+
+const Cublas &cublas() {
+    static Cublas api;
+    static std::once_flag once;
+    std::call_once(once, [] {
+        void *lib = nullptr;
+        for (const char *name : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"})
+            if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
+        if (!lib) {
+            const char *e = dlerror();
+            api.error = std::string("cannot open libcublas.so: ") + (e ? e : "not found");
+            return;
+        }
+        api.create = reinterpret_cast<decltype(api.create)>(dlsym(lib, "cublasCreate_v2"));
+        api.destroy = reinterpret_cast<decltype(api.destroy)>(dlsym(lib, "cublasDestroy_v2"));
+        api.set_stream = reinterpret_cast<decltype(api.set_stream)>(dlsym(lib, "cublasSetStream_v2"));
+        api.gemm_ex = reinterpret_cast<decltype(api.gemm_ex)>(dlsym(lib, "cublasGemmEx"));
+        if (!api.create || !api.destroy || !api.set_stream || !api.gemm_ex) {
+            api.error = "libcublas.so lacks cublasCreate_v2 / cublasDestroy_v2 / cublasSetStream_v2 / cublasGemmEx";
+            api.create = nullptr;
+        }
+    });
+    return api;
+}
 
 constexpr int kBlock = 32;
 constexpr int kQ8Bytes = 34, kQ4Bytes = 18;
@@ -110,7 +152,7 @@ public:
     ~Engine() override {
         if (stream_) cudaStreamSynchronize(stream_);
         free_buffers();
-        if (handle_) cublasDestroy(handle_);
+        if (handle_) cublas().destroy(handle_);
         if (start_) cudaEventDestroy(start_);
         if (done_) cudaEventDestroy(done_);
         if (stream_) cudaStreamDestroy(stream_);
@@ -122,8 +164,10 @@ public:
         KT_CU(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
         KT_CU(cudaEventCreate(&start_), "cudaEventCreate");
         KT_CU(cudaEventCreate(&done_), "cudaEventCreate");
-        KT_CUBLAS(cublasCreate(&handle_), "cublasCreate");
-        KT_CUBLAS(cublasSetStream(handle_, stream_), "cublasSetStream");
+        const Cublas &api = cublas();
+        KT_RETURN_IF(!api.create, KT_STATUS_UNSUPPORTED, "CUDA experts: %s", api.error.c_str());
+        KT_CUBLAS(api.create(&handle_), "cublasCreate");
+        KT_CUBLAS(api.set_stream(handle_, stream_), "cublasSetStream");
         return Status::ok();
     }
 
@@ -218,7 +262,7 @@ public:
                 if (n == 0) continue;
                 KT_RETURN_IF(!c.gate_up[e] || !c.down[e], KT_STATUS_INTERNAL, "CUDA experts: expert %lld has rows but no weights",
                              static_cast<long long>(e));
-                KT_CUBLAS(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(2 * I), static_cast<int>(n),
+                KT_CUBLAS(cublas().gemm_ex(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(2 * I), static_cast<int>(n),
                                        static_cast<int>(H), &one, c.gate_up[e], CUDA_R_16BF, static_cast<int>(H),
                                        xg + r0 * H, CUDA_R_16BF, static_cast<int>(H), &zero, gu + r0 * 2 * I, CUDA_R_32F,
                                        static_cast<int>(2 * I), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
@@ -229,7 +273,7 @@ public:
             for (int64_t e = 0; e < c.n_experts; ++e) {
                 const int64_t r0 = c.expert_begin[e], n = c.expert_begin[e + 1] - r0;
                 if (n == 0) continue;
-                KT_CUBLAS(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(H), static_cast<int>(n),
+                KT_CUBLAS(cublas().gemm_ex(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(H), static_cast<int>(n),
                                        static_cast<int>(I), &one, c.down[e], CUDA_R_16BF, static_cast<int>(I), h + r0 * I,
                                        CUDA_R_16BF, static_cast<int>(I), &zero, y + r0 * H, CUDA_R_32F, static_cast<int>(H),
                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),

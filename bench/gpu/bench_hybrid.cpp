@@ -105,15 +105,29 @@ int main(int argc, char **argv) {
     const int64_t E = o.experts, H = o.hidden, I = o.inter;
     const int64_t max_t = *std::max_element(o.tokens.begin(), o.tokens.end());
 
-    // Weights: random normal values quantized once.
+    // The device first: without one there is nothing to measure, and no reason to make the weights.
+    device::DeviceOptions dopt;
+    dopt.kind = o.device == "standin" ? device::Kind::kCpuStandIn : device::Kind::kCuda;
+    const device::LayerShape shape{E, H, I, max_t, o.top_k};
+    dopt.budget_bytes = device::workspace_bytes(shape) + 2 * static_cast<uint64_t>(E) * device::expert_bytes(H, I);
+    std::shared_ptr<device::Device> dev;
+    check(device::create_device(dopt, &dev), "device");
+
+    // Weights: random values (a sum of two uniforms: cheap, bell-shaped, never constant) quantized once.
     std::printf("kt-hybrid-bench: %lld experts of %lld x %lld (%s), top-%d, %lld resident on %s\n", static_cast<long long>(E),
                 static_cast<long long>(H), static_cast<long long>(I), o.type.c_str(), o.top_k,
                 static_cast<long long>(o.resident), o.device.c_str());
     std::mt19937 rng(1);
-    std::normal_distribution<float> nd(0.0f, 0.05f);
+    uint64_t state = 0x9E3779B97F4A7C15ull;
+    auto next_uniform = [&]() {  // xorshift64*: [0, 1)
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        return static_cast<float>((state * 0x2545F4914F6CDD1Dull) >> 40) * (1.0f / 16777216.0f);
+    };
     auto make = [&](int64_t rows, int64_t cols) {
         std::vector<float> f(static_cast<size_t>(rows * cols));
-        for (float &v : f) v = nd(rng);
+        for (float &v : f) v = 0.05f * (next_uniform() + next_uniform() - 1.0f);
         std::vector<uint8_t> q(static_cast<size_t>(rows * ops::row_bytes(*tt, cols)));
         uint64_t n = 0;
         if (kt_quantize(type, f.data(), rows, cols, q.data(), q.size(), &n) != KT_STATUS_OK) usage("cannot quantize to --type");
@@ -147,12 +161,6 @@ int main(int argc, char **argv) {
         check(pool->load(g, u, d), "pool load");
         return pool;
     };
-    device::DeviceOptions dopt;
-    dopt.kind = o.device == "standin" ? device::Kind::kCpuStandIn : device::Kind::kCuda;
-    const device::LayerShape shape{E, H, I, max_t, o.top_k};
-    dopt.budget_bytes = device::workspace_bytes(shape) + 2 * static_cast<uint64_t>(E) * device::expert_bytes(H, I);
-    std::shared_ptr<device::Device> dev;
-    check(device::create_device(dopt, &dev), "device");
     std::printf("device: %s, budget %.1f MiB (work buffer %.1f MiB, %.2f MiB per expert)\n", dev->name().c_str(),
                 static_cast<double>(dopt.budget_bytes) / 1048576.0, static_cast<double>(device::workspace_bytes(shape)) / 1048576.0,
                 static_cast<double>(device::expert_bytes(H, I)) / 1048576.0);
@@ -188,7 +196,7 @@ int main(int argc, char **argv) {
             }
         }
         std::vector<float> x(static_cast<size_t>(T * H));
-        for (float &v : x) v = nd(rng) * 20.0f;
+        for (float &v : x) v = next_uniform() + next_uniform() - 1.0f;
         std::vector<float> y(x.size());
         std::vector<double> t_cpu, t_dev, t_hyb;
         const runtime::HybridStats before = hybrid.stats();

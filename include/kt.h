@@ -231,8 +231,8 @@ KT_API kt_status kt_model_load(const char *path, const kt_model_params *params, 
 KT_API void kt_model_free(kt_model *model);
 
 /* The hybrid path's placement as text (kt_model_params.device): a header line (budget, work buffer, expert and
- * used bytes), one line per MoE layer ("layer 3: 4/64 experts [1 5 9 12], 12582912 bytes") and, once the expert
- * engine has run the model, a "split:" line: calls, milliseconds on the device, on the CPU, and hidden by running
+ * used bytes), one line per MoE layer ("layer 3: 4/64 experts [1 5 9 12], 12582912 bytes"), the device's bytes in
+ * use now (the plan's used bytes once the expert engine has prepared the model) and, once it has run, a "split:" line: calls, milliseconds on the device, on the CPU, and hidden by running
  * both at once. Writes the text and a NUL when capacity > its length, else KT_STATUS_BUFFER_TOO_SMALL and nothing;
  * *out_length (may be NULL) is the length without the NUL either way. KT_STATUS_NOT_FOUND for a model loaded
  * without a device. Safe to call from any thread. */

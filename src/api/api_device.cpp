@@ -129,6 +129,8 @@ KT_API kt_status kt_model_device_plan(const kt_model *model, char *buf, uint64_t
         KT_RETURN_IF(!model, KT_STATUS_INVALID_ARGUMENT, "model is NULL");
         KT_RETURN_IF(!model->device_plan, KT_STATUS_NOT_FOUND, "kt_model_device_plan: the model was loaded without a device");
         std::string text = model->device_plan->to_string();
+        text += kt::format("device %s: %llu bytes in use\n", model->device->name().c_str(),
+                           static_cast<unsigned long long>(model->device->used_bytes()));
         {
             std::lock_guard<std::mutex> lock(const_cast<kt_model *>(model)->runners_mutex);
             text += kt::api::split_line(model);

@@ -126,6 +126,12 @@ TEST_CASE("device api: the stand-in device gives the all-CPU model's greedy toke
         const std::string after = plan_of(hybrid);
         INFO(after);
         CHECK_THAT(after, Catch::Contains("split: "));
+        // Exact accounting: what the device holds once the engine has built the layers is what the plan said.
+        const size_t used_at = before.find(", used ");
+        REQUIRE(used_at != std::string::npos);
+        const std::string used = before.substr(used_at + 7, before.find(' ', used_at + 7) - used_at - 7);
+        CHECK_THAT(after, Catch::Contains(": " + used + " bytes in use"));
+        CHECK_THAT(before, Catch::Contains(": 0 bytes in use"));  // nothing allocated before the engine runs
         CHECK_THAT(after, !Catch::Contains("rows 0 on the device"));
         if (experts == 8) CHECK_THAT(after, Catch::Contains(" / 0 on the CPU"));
         kt_model_free(hybrid);

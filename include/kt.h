@@ -206,7 +206,29 @@ typedef struct kt_model_params {
                                    is logged, never an error of the load */
     int32_t reserved1;          /* must be 0 */
     const char *pack_cache_path;/* with pack_cache: the cache file (NULL: the model's path + ".ktpack"); copied */
+    /* Added after the fields above (older callers get the defaults): the hybrid path. With a device, kt_model_load
+       places the routed experts of each MoE layer under device_budget_bytes - the hottest by device_expert_counts,
+       or the lowest ids without counts - and the expert engine (KT_KERNELS_AUTO) runs those on the device and the
+       rest on the CPU at the same time, adding both. The device holds them as BF16 (6 * hidden * intermediate
+       bytes each) plus one work buffer; kt_model_device_plan prints the placement. KT_STATUS_OUT_OF_MEMORY when
+       the work buffer or the requested experts do not fit the budget, KT_STATUS_INVALID_ARGUMENT when
+       device_experts exceeds a layer's experts, KT_STATUS_UNSUPPORTED for KT_DEVICE_CUDA without CUDA or a GPU
+       and for experts with biases or a clamped SwiGLU (gpt-oss). The reference kernels ignore the device. */
+    int32_t device;             /* default KT_DEVICE_NONE; KT_DEVICE_CPU_STANDIN: the device work runs on a thread
+                                   of its own, with its own copies (placement and overlap without a GPU);
+                                   KT_DEVICE_CUDA: the GPU numbered device_index */
+    int32_t device_index;       /* KT_DEVICE_CUDA: the CUDA device ordinal (default 0) */
+    uint64_t device_budget_bytes; /* device memory kt may use, work buffer included (default 0) */
+    int64_t device_experts;     /* per MoE layer: 0 (default) as many as fit the budget; > 0 exactly this many */
+    const uint64_t *device_expert_counts; /* NULL (default) or [n_layer][n_expert] activation counts, e.g. from
+                                   kt_model_expert_counts after a calibration prompt; read during kt_model_load */
+    uint64_t device_expert_counts_len;    /* elements of device_expert_counts: n_layer * n_expert (or 0) */
 } kt_model_params;
+
+/* Devices for kt_model_params.device. */
+#define KT_DEVICE_NONE 0
+#define KT_DEVICE_CPU_STANDIN 1
+#define KT_DEVICE_CUDA 2
 
 /* Fills *params with struct_size and the defaults above. */
 KT_API void kt_model_params_init(kt_model_params *params);
@@ -219,6 +241,22 @@ KT_API void kt_model_params_init(kt_model_params *params);
 KT_API kt_status kt_model_load(const char *path, const kt_model_params *params, kt_model **out_model,
                                kt_error *err);
 KT_API void kt_model_free(kt_model *model);
+
+/* The hybrid path's placement as text (kt_model_params.device): a header line (budget, work buffer, expert and
+ * used bytes), one line per MoE layer ("layer 3: 4/64 experts [1 5 9 12], 12582912 bytes"), the device's bytes in
+ * use now (the plan's used bytes once the expert engine has prepared the model) and, once it has run, a "split:" line: calls, milliseconds on the device, on the CPU, and hidden by running
+ * both at once. Writes the text and a NUL when capacity > its length, else KT_STATUS_BUFFER_TOO_SMALL and nothing;
+ * *out_length (may be NULL) is the length without the NUL either way. KT_STATUS_NOT_FOUND for a model loaded
+ * without a device. Safe to call from any thread. */
+KT_API kt_status kt_model_device_plan(const kt_model *model, char *buf, uint64_t capacity, uint64_t *out_length);
+
+/* How often the expert engine (KT_KERNELS_AUTO) routed tokens to each expert of MoE layer `layer` since the model
+ * was prepared: counts[e] = the (token, slot) pairs routed to expert e, for e < *out_count = the layer's experts.
+ * A calibration run's counts, laid out [n_layer][n_expert] (zeros for layers without routed experts), are what
+ * kt_model_params.device_expert_counts takes. KT_STATUS_NOT_FOUND for a layer without routed experts or a model
+ * the engine has not prepared; KT_STATUS_BUFFER_TOO_SMALL when capacity < the count (*out_count set). */
+KT_API kt_status kt_model_expert_counts(const kt_model *model, int64_t layer, uint64_t *counts, int64_t capacity,
+                                        int64_t *out_count);
 
 /* The message of the calling thread's last failed call on this model ("" if none): other threads' calls on the
  * same model never change it. Valid until this thread's next failing call on the model, or kt_model_free.

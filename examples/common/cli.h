@@ -3,6 +3,7 @@
 // Header-only and built on kt.h alone, like the programs themselves.
 #pragma once
 
+#include <cctype>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -90,6 +91,70 @@ inline Flag sampling_flag(const std::string &flag, const char *value, kt_sampler
         return Flag::kTaken;
     }
     return Flag::kNotMine;
+}
+
+// A byte count with an optional binary suffix: 512M, 24G, 1048576 (K, M, G, T; "B"/"iB" after it accepted).
+inline bool parse_bytes(const char *text, uint64_t *out) {
+    if (!text || !*text) return false;
+    char *end = nullptr;
+    errno = 0;
+    const double v = std::strtod(text, &end);
+    if (errno != 0 || end == text || v < 0) return false;
+    std::string unit(end);
+    double scale = 1;
+    if (!unit.empty()) {
+        const char c = static_cast<char>(std::toupper(static_cast<unsigned char>(unit[0])));
+        scale = c == 'K' ? 1024.0 : c == 'M' ? 1048576.0 : c == 'G' ? 1073741824.0 : c == 'T' ? 1099511627776.0 : 0.0;
+        if (c == 'B' && unit.size() == 1) scale = 1;
+        const std::string rest = unit.substr(1);
+        if (scale == 0 || !(rest.empty() || rest == "B" || rest == "iB")) return false;
+    }
+    *out = static_cast<uint64_t>(v * scale);
+    return true;
+}
+
+// The hybrid path's flags, applied to *mp: --device none|standin|cuda[:N], --device-budget BYTES,
+// --device-experts N (per MoE layer; 0 = as many as fit).
+inline Flag device_flag(const std::string &flag, const char *value, kt_model_params *mp) {
+    if (flag == "--device") {
+        const std::string d = value;
+        if (d == "none") mp->device = KT_DEVICE_NONE;
+        else if (d == "standin") mp->device = KT_DEVICE_CPU_STANDIN;
+        else if (d.rfind("cuda", 0) == 0) {
+            mp->device = KT_DEVICE_CUDA;
+            int64_t index = 0;
+            if (d.size() > 4 && (d[4] != ':' || !parse_int(d.c_str() + 5, &index) || index < 0 || index > INT32_MAX))
+                return Flag::kBadValue;
+            mp->device_index = static_cast<int32_t>(index);
+        } else return Flag::kBadValue;
+        return Flag::kTaken;
+    }
+    if (flag == "--device-budget") return parse_bytes(value, &mp->device_budget_bytes) ? Flag::kTaken : Flag::kBadValue;
+    if (flag == "--device-experts") {
+        int64_t n = 0;
+        if (!parse_int(value, &n) || n < 0) return Flag::kBadValue;
+        mp->device_experts = n;
+        return Flag::kTaken;
+    }
+    return Flag::kNotMine;
+}
+
+// The usage lines of device_flag's flags.
+inline const char *device_usage() {
+    return "      --device D          run the hottest experts on a device as well: none (default), standin (the\n"
+           "                          CPU stand-in: placement and overlap without a GPU), cuda or cuda:N\n"
+           "      --device-budget B   device memory for the experts and the work buffer (e.g. 20G)\n"
+           "      --device-experts N  experts per MoE layer on the device (default 0: as many as fit)\n";
+}
+
+// The placement (and, once the model ran, the CPU/device split) as kt_model_device_plan gives it; "" without one.
+inline std::string device_plan(const kt_model *model) {
+    uint64_t n = 0;
+    if (kt_model_device_plan(model, nullptr, 0, &n) != KT_STATUS_BUFFER_TOO_SMALL) return "";
+    std::string text(n + 1, '\0');
+    if (kt_model_device_plan(model, text.data(), text.size(), &n) != KT_STATUS_OK) return "";
+    text.resize(n);
+    return text;
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -57,7 +57,10 @@ int usage(const char *message = nullptr) {
                  "  -ctk, --cache-type-k T  KV cache type: f16 (default), bf16, f32, q8_0 (-ctv is accepted, same value)\n"
                  "      --kernels K         auto (default) or reference\n"
                  "      --roofline-mib N    bandwidth buffer in MiB (default 1024); 0 skips the roofline\n"
-                 "  -o, --output FMT        md (default), csv or json\n");
+                 "  -o, --output FMT        md (default), csv or json\n"
+                 "%s"
+                 "                          with a device: the placement, then the CPU/device split of the runs, on stderr\n",
+                 kt_cli::device_usage());
     return 2;
 }
 
@@ -177,6 +180,7 @@ struct Result {
     uint64_t kv_bytes_per_position = 0;  // the context's KV cache per token of context, as kt stores it
     double bound_ts = 0;          // roofline tokens/s for this test (0: not measured)
     std::string ran_on;           // share of multiply-adds per ISA
+    std::string backend = "CPU";  // "CPU", or "CPU+standin" / "CPU+cuda" on the hybrid path
     double load_before = -1, load_after = -1;  // 1-minute load average (/proc/loadavg), -1 when unknown
 
     std::vector<double> ts() const {
@@ -225,6 +229,11 @@ struct Options {
     int64_t repetitions = 5, n_batch = 512, roofline_mib = 1024;
     int32_t kv_type = KT_TYPE_F16, kernels = KT_KERNELS_AUTO;
     std::string output = "md";
+    kt_model_params model_params = [] {
+        kt_model_params p;
+        kt_model_params_init(&p);
+        return p;
+    }();
 };
 
 
@@ -316,10 +325,11 @@ double run_once(kt_context *ctx, const Test &test, const ModelInfo &m, std::mt19
 bool run_model(const Options &o, const std::string &path, std::vector<Result> *results) {
     kt_model *model = nullptr;
     kt_error err = {sizeof(kt_error), 0, {0}};
-    if (kt_model_load(path.c_str(), nullptr, &model, &err) != KT_STATUS_OK) {
+    if (kt_model_load(path.c_str(), &o.model_params, &model, &err) != KT_STATUS_OK) {
         std::fprintf(stderr, "kt-bench: %s\n", err.message);
         return false;
     }
+    if (o.model_params.device != KT_DEVICE_NONE) std::fprintf(stderr, "%s", kt_cli::device_plan(model).c_str());
     const ModelInfo info = describe(model, path);
     std::vector<Test> tests;
     for (int64_t p : o.n_prompt)
@@ -337,7 +347,7 @@ bool run_model(const Options &o, const std::string &path, std::vector<Result> *r
         if (ti > 0) {
             kt_model_free(model);
             model = nullptr;
-            if (kt_model_load(path.c_str(), nullptr, &model, &err) != KT_STATUS_OK) {
+            if (kt_model_load(path.c_str(), &o.model_params, &model, &err) != KT_STATUS_OK) {
                 std::fprintf(stderr, "kt-bench: %s\n", err.message);
                 return false;
             }
@@ -360,6 +370,8 @@ bool run_model(const Options &o, const std::string &path, std::vector<Result> *r
             Result r;
             r.model = info;
             r.threads = kt_context_n_threads(ctx);
+            if (o.model_params.device == KT_DEVICE_CPU_STANDIN) r.backend = "CPU+standin";
+            else if (o.model_params.device == KT_DEVICE_CUDA) r.backend = "CPU+cuda";
             r.n_batch = o.n_batch;
             r.type_k = o.kv_type == KT_TYPE_F16 ? "f16" : o.kv_type == KT_TYPE_BF16 ? "bf16" : o.kv_type == KT_TYPE_Q8_0 ? "q8_0" : "f32";
             r.test = test;
@@ -432,6 +444,11 @@ bool run_model(const Options &o, const std::string &path, std::vector<Result> *r
         kt_context_free(ctx);
         if (!ok) break;
     }
+    if (o.model_params.device != KT_DEVICE_NONE) {  // the split over every test run on this model
+        const std::string plan = kt_cli::device_plan(model);
+        const size_t at = plan.find("split: ");
+        if (at != std::string::npos) std::fprintf(stderr, "device %s", plan.c_str() + at);
+    }
     kt_model_free(model);
     return ok;
 }
@@ -471,7 +488,7 @@ void print_markdown(const std::vector<Result> &results) {
         std::snprintf(frac, sizeof frac, r.bound_ts > 0 ? "%.1f %%" : "-", 100.0 * Result::mean(r.ts()) / r.bound_ts);
         // "±" is two bytes: pad by display width, not bytes.
         std::printf("| %-30s | %10s | %10s | %-10s | %7d | %13s | %21s | %13s | %11s |\n", r.model.desc.c_str(),
-                    size_text(r.model.bytes).c_str(), params_text(r.model.params).c_str(), "CPU", r.threads,
+                    size_text(r.model.bytes).c_str(), params_text(r.model.params).c_str(), r.backend.c_str(), r.threads,
                     r.test.name().c_str(), ts, bound, frac);
     }
     std::printf("\ntime by part of the layer (all repetitions):\n\n");
@@ -609,6 +626,8 @@ int main(int argc, char **argv) {
             const std::string k = v;
             if (k != "auto" && k != "reference") return usage("--kernels must be auto or reference");
             o.kernels = k == "auto" ? KT_KERNELS_AUTO : KT_KERNELS_REFERENCE;
+        } else if (const kt_cli::Flag dflag = kt_cli::device_flag(a, v, &o.model_params); dflag != kt_cli::Flag::kNotMine) {
+            if (dflag == kt_cli::Flag::kBadValue) return usage(("bad value for " + a).c_str());
         } else if (a == "-o" || a == "--output") {
             o.output = v;
             if (o.output != "md" && o.output != "csv" && o.output != "json") return usage("-o must be md, csv or json");

@@ -44,12 +44,14 @@ int usage(const char *message = nullptr) {
                  "      --pack-cache [PATH] keep the packed weights in PATH (default MODEL.ktpack) and map them on\n"
                  "                          later runs instead of repacking (with -v: whether it was used, or why not)\n"
                  "  -v, --verbose           kt's log on standard error (loading, the packing rate)\n"
+                 "%s"
                  "sampling (default: greedy):\n"
                  "      --temp T            temperature (0: greedy)\n"
                  "      --top-k N           --top-p P   --min-p P\n"
                  "      --repeat-penalty R  --repeat-last-n N\n"
                  "      --presence-penalty P  --frequency-penalty P\n"
-                 "  -s, --seed N            random seed (default 0)\n");
+                 "  -s, --seed N            random seed (default 0)\n",
+                 kt_cli::device_usage());
     return 2;
 }
 
@@ -104,6 +106,9 @@ int main(int argc, char **argv) {
     kt_sampler_params_init(&sp);
     sp.temperature = 0.0f;  // greedy unless asked
 
+    kt_model_params mp;
+    kt_model_params_init(&mp);
+
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         auto value = [&]() -> const char * { return i + 1 < argc ? argv[++i] : nullptr; };
@@ -147,6 +152,8 @@ int main(int argc, char **argv) {
         } else if (const kt_cli::Flag flag = kt_cli::sampling_flag(a == "-s" ? "--seed" : a, v, &sp);
                    flag != kt_cli::Flag::kNotMine) {
             if (flag == kt_cli::Flag::kBadValue) return usage(("bad value for " + a).c_str());
+        } else if (const kt_cli::Flag dflag = kt_cli::device_flag(a, v, &mp); dflag != kt_cli::Flag::kNotMine) {
+            if (dflag == kt_cli::Flag::kBadValue) return usage(("bad value for " + a).c_str());
         } else {
             return usage(("unknown option " + a).c_str());
         }
@@ -157,8 +164,6 @@ int main(int argc, char **argv) {
 
     kt_error err = {sizeof(kt_error), 0, {0}};
     kt_model *model = nullptr;
-    kt_model_params mp;
-    kt_model_params_init(&mp);
     // The engine's kernels are built while loading, where the load's progress and time belong.
     mp.prepare = cp.kernels == KT_KERNELS_AUTO;
     mp.n_threads = cp.n_threads;
@@ -170,6 +175,7 @@ int main(int argc, char **argv) {
     const auto load_start = std::chrono::steady_clock::now();
     if (kt_model_load(model_path.c_str(), &mp, &model, &err) != KT_STATUS_OK) return fail("load", err.message);
     const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+    if (mp.device != KT_DEVICE_NONE) std::fprintf(stderr, "%s", kt_cli::device_plan(model).c_str());
     kt_vocab_info vocab;
     vocab.struct_size = sizeof vocab;
     const bool has_vocab = kt_vocab_get_info(model, &vocab) == KT_STATUS_OK;
@@ -281,6 +287,11 @@ int main(int argc, char **argv) {
                          100 * perf.attention_seconds / total, 100 * perf.experts_seconds / total,
                          100 * perf.dense_ffn_seconds / total, 100 * perf.head_seconds / total,
                          100 * perf.other_seconds / total);
+    }
+    if (mp.device != KT_DEVICE_NONE) {  // the split line: time on the device, on the CPU, hidden by overlap
+        const std::string plan = kt_cli::device_plan(model);
+        const size_t at = plan.find("split: ");
+        if (at != std::string::npos) std::fprintf(stderr, "device %s", plan.c_str() + at);
     }
     kt_detokenizer_free(detokenizer);
     kt_context_free(ctx);

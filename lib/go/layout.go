@@ -56,6 +56,12 @@ func cLayouts() []structLayout {
 			{"pack_cache", unsafe.Offsetof(modelParamsStruct.pack_cache), unsafe.Sizeof(modelParamsStruct.pack_cache)},
 			{"reserved1", unsafe.Offsetof(modelParamsStruct.reserved1), unsafe.Sizeof(modelParamsStruct.reserved1)},
 			{"pack_cache_path", unsafe.Offsetof(modelParamsStruct.pack_cache_path), unsafe.Sizeof(modelParamsStruct.pack_cache_path)},
+			{"device", unsafe.Offsetof(modelParamsStruct.device), unsafe.Sizeof(modelParamsStruct.device)},
+			{"device_index", unsafe.Offsetof(modelParamsStruct.device_index), unsafe.Sizeof(modelParamsStruct.device_index)},
+			{"device_budget_bytes", unsafe.Offsetof(modelParamsStruct.device_budget_bytes), unsafe.Sizeof(modelParamsStruct.device_budget_bytes)},
+			{"device_experts", unsafe.Offsetof(modelParamsStruct.device_experts), unsafe.Sizeof(modelParamsStruct.device_experts)},
+			{"device_expert_counts", unsafe.Offsetof(modelParamsStruct.device_expert_counts), unsafe.Sizeof(modelParamsStruct.device_expert_counts)},
+			{"device_expert_counts_len", unsafe.Offsetof(modelParamsStruct.device_expert_counts_len), unsafe.Sizeof(modelParamsStruct.device_expert_counts_len)},
 		}},
 		{"kt_tensor_info", unsafe.Sizeof(tensorInfoStruct), []fieldLayout{
 			{"struct_size", unsafe.Offsetof(tensorInfoStruct.struct_size), unsafe.Sizeof(tensorInfoStruct.struct_size)},

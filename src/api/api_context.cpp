@@ -84,6 +84,8 @@ Status prepared_model(kt_model *model, int32_t kernels, int32_t n_threads, std::
                 kt::runtime::EngineOptions options;
                 options.n_threads = n_threads;
                 options.store = std::move(store);
+                options.device = model->device;
+                options.plan = model->device_plan;
                 KT_TRY(kt::runtime::create_engine_kernels(options, &model->engine));
             }
             factory = model->engine.get();

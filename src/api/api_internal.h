@@ -19,6 +19,7 @@
 #include "model/tokenizer/tokenizer.h"
 #include "runtime/context.h"
 #include "runtime/engine.h"
+#include "runtime/engine_kernels.h"
 
 // A handle's "last error" (kt_..._last_error) when one thread at a time uses the handle (kt_context,
 // kt_gguf_writer, kt_detokenizer): one message, valid until the next failing call on the handle.
@@ -64,6 +65,10 @@ struct kt_model {
     // by every context after it. The engine's factory (its expert pools' thread count is the first context's)
     // is declared first so that it outlives the models built with it.
     std::mutex runners_mutex;
+    // The hybrid path (kt_model_params.device): the device and the placement decided at load, handed to the engine's
+    // factory when it is built (api_device.cpp). Null without a device.
+    std::shared_ptr<kt::device::Device> device;
+    std::shared_ptr<const kt::device::Plan> device_plan;
     std::unique_ptr<kt::ops::KernelFactory> engine;
     std::shared_ptr<const kt::model::Model> runners[2];  // [KT_KERNELS_AUTO, KT_KERNELS_REFERENCE]
 };
@@ -119,6 +124,9 @@ void fill_error(kt_error *err, const Status &status) noexcept;
 
 // KT_STATUS_INVALID_ARGUMENT with `what` as the message unless `condition` holds.
 Status require(bool condition, const char *what);
+
+// Sets up model->device and model->device_plan from the load parameters (nothing for KT_DEVICE_NONE).
+Status setup_device(kt_model *model, const kt_model_params &params);
 
 // The model prepared for `kernels`, built once per kt_model and shared by its contexts and engines. n_threads: the
 // expert engine's (the first AUTO user's choice).

@@ -125,6 +125,7 @@ Status load_model(const char *path, const kt_model_params &params, kt_model **ou
             }
         }
     }
+    KT_TRY(kt::api::setup_device(model.get(), params));
     if (params.prepare) {
         std::shared_ptr<const kt::model::Model> prepared;
         KT_TRY(kt::api::prepared_model(model.get(), KT_KERNELS_AUTO, params.n_threads, &prepared,

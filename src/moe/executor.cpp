@@ -171,6 +171,8 @@ Status Executor::enqueue_locked(const Job &job, uint64_t *ticket) {
     slot.accumulate = job.accumulate;
     slot.masked = job.masked;
     slot.callback = job.callback;
+    slot.times = job.times;
+    slot.on_begin = job.on_begin;
     mask.assign(job.mask.begin(), job.mask.end());  // capacity reserved by reserve(): no allocation
     slot.mask = std::move(mask);
     submitted_.store(t, std::memory_order_release);

@@ -57,6 +57,11 @@ struct ScratchNeeds {
     int64_t experts = 0, slots = 0;
 };
 
+// When a job ran, on the monotonic_ns clock (core/thread_pool.h); written by the driver thread.
+struct JobTimes {
+    int64_t begin_ns = 0, end_ns = 0;
+};
+
 struct Job {
     enum Kind { kForward, kCallback } kind = kForward;
     ExpertPool *pool = nullptr;
@@ -71,6 +76,8 @@ struct Job {
     bool masked = false;
     std::vector<uint8_t> mask;  // a snapshot of the pool's mask at submission (capacity reserved: no allocation)
     const FunctionRef<Status()> *callback = nullptr;
+    JobTimes *times = nullptr;                     // kForward: see ForwardArgs::times
+    const FunctionRef<void()> *on_begin = nullptr;  // kForward: see ForwardArgs::on_begin
     Status status;
 };
 

@@ -168,6 +168,8 @@ Status ExpertPool::submit(const ForwardArgs &args, uint64_t *ticket) {
     job.weights = args.weights;
     job.output = args.output;
     job.accumulate = args.accumulate;
+    job.times = args.times;
+    job.on_begin = args.on_begin;
     job.masked = !mask_.empty();
     job.mask.swap(mask_);  // lent to the executor, which copies it into the ring slot
     uint64_t t = 0;
@@ -478,6 +480,13 @@ Status ExpertPool::pack_experts(const MatrixSource &gate, const MatrixSource &up
 // Execution (on the executor's driver thread and workers)
 
 void ExpertPool::execute(Executor &ex, Job &job) {
+    if (job.times) job.times->begin_ns = monotonic_ns();
+    if (job.on_begin) (*job.on_begin)();
+    execute_forward(ex, job);
+    if (job.times) job.times->end_ns = monotonic_ns();
+}
+
+void ExpertPool::execute_forward(Executor &ex, Job &job) {
     if (job.n_tokens == 0) return;
     const int64_t bucket_start = trace_ ? monotonic_ns() : 0;
     Executor::Shared &sc = ex.shared();

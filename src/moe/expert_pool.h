@@ -72,6 +72,11 @@ struct ForwardArgs {
     const float *weights = nullptr;    // [n_tokens][top_k]
     void *output = nullptr;            // [n_tokens][H], fp32 or bf16 per config
     bool accumulate = false;           // out += result instead of out = result
+    // Optional, for schedulers that overlap this job with other work (the hybrid FFN): when `times` is set, the
+    // driver thread writes the job's begin and end (monotonic_ns) there; wait() makes them visible. `on_begin` (if
+    // set) is called on the driver thread as the job begins, before any work; it must not call into this pool.
+    JobTimes *times = nullptr;
+    const FunctionRef<void()> *on_begin = nullptr;
 };
 
 // What load produced, for diagnostics and benchmarks.
@@ -141,6 +146,7 @@ private:
     Status pack_experts(const MatrixSource &gate, const MatrixSource &up, const MatrixSource &down, int64_t first_expert,
                         int64_t n);
     void run_phases(Executor &ex, const Job &job, int tid);
+    void execute_forward(Executor &ex, Job &job);
 
     ExpertPoolConfig config_;
     std::shared_ptr<Executor> executor_;

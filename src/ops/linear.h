@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "core/status.h"
 #include "core/thread_pool.h"
@@ -70,6 +71,12 @@ public:
     // returned as for Linear::forward (out is then unspecified).
     virtual Status forward(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights, int64_t k,
                            float *out, ThreadPool &pool) const = 0;
+    // Activation counts, for placing the hottest experts on a device: out[e] = the (token, slot) pairs routed to
+    // expert e since these kernels were built. False (and *out untouched) when these kernels do not count.
+    virtual bool activation_counts(std::vector<uint64_t> *out) const {
+        (void)out;
+        return false;
+    }
 };
 
 // The variant of an expert FFN (defaults: plain SwiGLU, no biases).

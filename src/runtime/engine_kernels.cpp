@@ -1,6 +1,7 @@
 #include "runtime/engine_kernels.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "moe/linear.h"
 #include "moe/packed_store.h"
 #include "moe/weights.h"
+#include "runtime/hybrid_ffn.h"
 
 namespace kt::runtime {
 namespace {
@@ -42,7 +44,8 @@ private:
 class PoolFfn final : public ops::ExpertFfn {
 public:
     PoolFfn(std::unique_ptr<moe::ExpertPool> pool, int64_t n, int64_t hidden, int64_t intermediate, int64_t max_tokens)
-        : pool_(std::move(pool)), n_(n), hidden_(hidden), intermediate_(intermediate), max_tokens_(max_tokens) {}
+        : pool_(std::move(pool)), n_(n), hidden_(hidden), intermediate_(intermediate), max_tokens_(max_tokens),
+          counter_(n > 1 ? n : 0) {}
 
     int64_t n_experts() const override { return n_; }
     int64_t hidden() const override { return hidden_; }
@@ -50,6 +53,7 @@ public:
 
     Status forward(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights, int64_t k, float *out,
                    ThreadPool &) const override {
+        if (n_ > 1) counter_.add(ids, n_tokens * k);
         for (int64_t t0 = 0; t0 < n_tokens; t0 += max_tokens_) {
             moe::ForwardArgs args;
             args.n_tokens = std::min(max_tokens_, n_tokens - t0);
@@ -65,9 +69,16 @@ public:
         return Status::ok();
     }
 
+    bool activation_counts(std::vector<uint64_t> *out) const override {
+        if (n_ <= 1) return false;  // a dense FFN or shared expert: nothing to place
+        counter_.read(out);
+        return true;
+    }
+
 private:
     std::unique_ptr<moe::ExpertPool> pool_;
     int64_t n_, hidden_, intermediate_, max_tokens_;
+    mutable ActivationCounter counter_;
 };
 
 // The most experts per token any architecture here routes to (DeepSeek-V3, Qwen3: 8).
@@ -119,6 +130,25 @@ public:
         std::unique_ptr<moe::ExpertPool> pool;
         KT_TRY(Status(moe::ExpertPool::create(c, &pool)).with_context(gate.first.name));
         const char *const names[3] = {gate.first.name, up.first.name, down.first.name};
+        const device::LayerPlacement *placed =
+            options_.device && options_.plan && gate.count > 1 ? options_.plan->find(block_of(gate.first.name)) : nullptr;
+        if (placed && !placed->experts.empty()) {
+            KT_RETURN_IF(options.gate_bias || options.up_bias || options.down_bias || options.swiglu_limit > 0.0f ||
+                             options.swiglu_alpha > 0.0f,
+                         KT_STATUS_UNSUPPORTED, "%s: the device computes plain SwiGLU experts only (no biases, no clamp)",
+                         gate.first.name);
+            const device::LayerShape shape = device_layer_shape(options_, c.n_experts, c.hidden, c.intermediate);
+            std::unique_ptr<device::DeviceLayer> layer;
+            KT_TRY(Status(options_.device->create_layer(shape, &layer)).with_context(gate.first.name));
+            // Uploaded before the pool packs the layer: packing gives the mapping's pages back.
+            for (int32_t e : placed->experts)
+                KT_TRY(Status(layer->upload(e, gate.at(e), up.at(e), down.at(e))).with_context(gate.first.name));
+            KT_TRY(Status(pool->load(g, u, d, 0, -1, options_.store.get(), names)).with_context(gate.first.name));
+            auto hybrid = std::make_unique<HybridFfn>(std::move(pool), options_.device, std::move(layer), c.max_tokens);
+            KT_TRY(hybrid->init());
+            *out = std::move(hybrid);
+            return Status::ok();
+        }
         KT_TRY(Status(pool->load(g, u, d, 0, -1, options_.store.get(), names)).with_context(gate.first.name));
         *out = std::make_unique<PoolFfn>(std::move(pool), c.n_experts, c.hidden, c.intermediate, c.max_tokens);
         return Status::ok();
@@ -132,6 +162,29 @@ private:
 };
 
 }  // namespace
+
+device::LayerShape device_layer_shape(const EngineOptions &options, int64_t n_experts, int64_t hidden,
+                                      int64_t intermediate) {
+    device::LayerShape shape;
+    shape.n_experts = n_experts;
+    shape.hidden = hidden;
+    shape.intermediate = intermediate;
+    shape.max_tokens = options.max_tokens;
+    shape.max_top_k = static_cast<int32_t>(std::min<int64_t>(kMaxTopK, n_experts));
+    return shape;
+}
+
+int64_t block_of(const char *name) {
+    if (!name || std::strncmp(name, "blk.", 4) != 0) return -1;
+    int64_t v = 0;
+    const char *p = name + 4;
+    if (*p < '0' || *p > '9') return -1;
+    for (; *p >= '0' && *p <= '9'; ++p) {
+        v = v * 10 + (*p - '0');
+        if (v > (int64_t{1} << 40)) return -1;
+    }
+    return *p == '.' ? v : -1;
+}
 
 Status create_engine_kernels(const EngineOptions &options, std::unique_ptr<ops::KernelFactory> *out) {
     std::unique_ptr<ThreadPool> load_pool;

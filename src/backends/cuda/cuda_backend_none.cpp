@@ -14,3 +14,14 @@ Status dequantize_rows(int, int32_t, const void *, int64_t, int64_t, float *) {
 }
 
 }  // namespace kt::cuda
+
+// The expert engine (cuda_experts.h) likewise.
+#include "backends/cuda/cuda_experts.h"
+
+namespace kt::cuda {
+
+Status ExpertEngine::create(int, std::unique_ptr<ExpertEngine> *) {
+    return Status::error(KT_STATUS_UNSUPPORTED, "libkt was built without CUDA (configure with -DKT_WITH_CUDA=ON)");
+}
+
+}  // namespace kt::cuda

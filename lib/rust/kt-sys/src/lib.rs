@@ -152,6 +152,12 @@ pub struct kt_model_params {
     pub pack_cache: i32,
     pub reserved1: i32,
     pub pack_cache_path: *const c_char,
+    pub device: i32,
+    pub device_index: i32,
+    pub device_budget_bytes: u64,
+    pub device_experts: i64,
+    pub device_expert_counts: *const u64,
+    pub device_expert_counts_len: u64,
 }
 
 #[repr(C)]

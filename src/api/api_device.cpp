@@ -1,0 +1,171 @@
+// The hybrid path through kt.h: a device and its placement chosen at kt_model_load, the plan and the activation
+// counts read back.
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "api/api_internal.h"
+#include "core/log.h"
+#include "runtime/hybrid_ffn.h"
+
+using kt::Status;
+using kt::api::guard_on;
+
+namespace kt::api {
+namespace {
+
+// The MoE layers of the file: every "blk.<n>.ffn_gate_exps.weight" (ne = {H, I, X}).
+Status moe_layers(const gguf::File &file, std::vector<device::PlacementLayer> *out, int64_t *n_layer) {
+    out->clear();
+    *n_layer = 0;
+    for (const gguf::TensorInfo &t : file.tensors()) {
+        const std::string name(t.name);
+        const int64_t layer = runtime::block_of(name.c_str());
+        if (layer < 0) continue;
+        *n_layer = std::max(*n_layer, layer + 1);
+        const std::string suffix = ".ffn_gate_exps.weight";
+        if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+        if (t.n_dims != 3) continue;
+        const std::string bias = name.substr(0, name.size() - std::strlen("weight")) + "bias";
+        KT_RETURN_IF(file.find_tensor(bias) != nullptr, KT_STATUS_UNSUPPORTED,
+                     "device: %s has biases: the device computes plain SwiGLU experts only", name.c_str());
+        device::PlacementLayer l;
+        l.layer = layer;
+        l.hidden = t.ne[0];
+        l.intermediate = t.ne[1];
+        l.n_experts = t.ne[2];
+        out->push_back(l);
+    }
+    std::sort(out->begin(), out->end(), [](const auto &a, const auto &b) { return a.layer < b.layer; });
+    return Status::ok();
+}
+
+std::string split_line(const kt_model *model) {
+    const std::shared_ptr<const model::Model> &m = model->runners[KT_KERNELS_AUTO];
+    if (!m) return "";
+    runtime::HybridStats sum;
+    for (const model::LayerWeights &L : m->w.layers) {
+        const auto *h = dynamic_cast<const runtime::HybridFfn *>(L.experts.experts.get());
+        if (!h) continue;
+        const runtime::HybridStats s = h->stats();
+        sum.calls += s.calls;
+        sum.cpu_ns += s.cpu_ns;
+        sum.device_ns += s.device_ns;
+        sum.overlap_ns += s.overlap_ns;
+        sum.wall_ns += s.wall_ns;
+        sum.cpu_rows += s.cpu_rows;
+        sum.device_rows += s.device_rows;
+    }
+    const int64_t shorter = std::min(sum.cpu_ns, sum.device_ns);
+    return format("split: %lld calls, rows %lld on the device / %lld on the CPU, device %.3f ms, cpu %.3f ms, "
+                  "hidden %.3f ms (%.1f %% of the shorter side), wall %.3f ms\n",
+                  static_cast<long long>(sum.calls), static_cast<long long>(sum.device_rows),
+                  static_cast<long long>(sum.cpu_rows), static_cast<double>(sum.device_ns) * 1e-6,
+                  static_cast<double>(sum.cpu_ns) * 1e-6, static_cast<double>(sum.overlap_ns) * 1e-6,
+                  shorter > 0 ? 100.0 * static_cast<double>(sum.overlap_ns) / static_cast<double>(shorter) : 0.0,
+                  static_cast<double>(sum.wall_ns) * 1e-6);
+}
+
+}  // namespace
+
+Status setup_device(kt_model *model, const kt_model_params &p) {
+    KT_RETURN_IF(p.device != KT_DEVICE_NONE && p.device != KT_DEVICE_CPU_STANDIN && p.device != KT_DEVICE_CUDA,
+                 KT_STATUS_INVALID_ARGUMENT, "kt_model_load: params.device %d is not a KT_DEVICE_*", p.device);
+    if (p.device == KT_DEVICE_NONE) return Status::ok();
+    KT_RETURN_IF(p.device_experts < 0, KT_STATUS_INVALID_ARGUMENT, "kt_model_load: params.device_experts is negative");
+    KT_RETURN_IF(p.device_index < 0, KT_STATUS_INVALID_ARGUMENT, "kt_model_load: params.device_index is negative");
+    KT_RETURN_IF(p.device_expert_counts_len > 0 && !p.device_expert_counts, KT_STATUS_INVALID_ARGUMENT,
+                 "kt_model_load: params.device_expert_counts is NULL but its length is %llu",
+                 static_cast<unsigned long long>(p.device_expert_counts_len));
+
+    std::vector<device::PlacementLayer> layers;
+    int64_t n_layer = 0;
+    KT_TRY(moe_layers(*model->file, &layers, &n_layer));
+    KT_RETURN_IF(layers.empty(), KT_STATUS_UNSUPPORTED, "kt_model_load: a device was asked for, but %s has no routed experts",
+                 model->file->source_name().c_str());
+
+    device::PlacementRequest request;
+    request.budget_bytes = p.device_budget_bytes;
+    request.experts_per_layer = p.device_experts;
+    const runtime::EngineOptions engine_defaults;
+    device::LayerShape covering;
+    for (const device::PlacementLayer &l : layers)
+        covering = device::cover(covering, runtime::device_layer_shape(engine_defaults, l.n_experts, l.hidden, l.intermediate));
+    request.non_expert_bytes = device::workspace_bytes(covering);
+    if (p.device_expert_counts_len > 0) {
+        const int64_t n_expert = layers.front().n_experts;
+        const uint64_t want = static_cast<uint64_t>(n_layer) * static_cast<uint64_t>(n_expert);
+        KT_RETURN_IF(p.device_expert_counts_len != want, KT_STATUS_INVALID_ARGUMENT,
+                     "kt_model_load: params.device_expert_counts_len is %llu, expected n_layer * n_expert = %lld * %lld",
+                     static_cast<unsigned long long>(p.device_expert_counts_len), static_cast<long long>(n_layer),
+                     static_cast<long long>(n_expert));
+        for (const device::PlacementLayer &l : layers) {
+            KT_RETURN_IF(l.n_experts != n_expert, KT_STATUS_UNSUPPORTED,
+                         "kt_model_load: device_expert_counts needs the same expert count in every layer");
+            const uint64_t *row = p.device_expert_counts + l.layer * n_expert;
+            request.counts.emplace_back(row, row + n_expert);
+        }
+    }
+    auto plan = std::make_shared<device::Plan>();
+    KT_TRY(Status(device::plan_placement(layers, request, plan.get())).with_context(model->file->source_name()));
+
+    device::DeviceOptions options;
+    options.kind = static_cast<device::Kind>(p.device);
+    options.budget_bytes = p.device_budget_bytes;
+    options.index = p.device_index;
+    KT_TRY(device::create_device(options, &model->device));
+    model->device_plan = std::move(plan);
+    KT_LOG_INFO_MSG("%s: device %s\n%s", model->file->source_name().c_str(), model->device->name().c_str(),
+                    model->device_plan->to_string().c_str());
+    return Status::ok();
+}
+
+}  // namespace kt::api
+
+extern "C" {
+
+KT_API kt_status kt_model_device_plan(const kt_model *model, char *buf, uint64_t capacity, uint64_t *out_length) {
+    return guard_on(model, [&]() -> Status {
+        KT_RETURN_IF(!model, KT_STATUS_INVALID_ARGUMENT, "model is NULL");
+        KT_RETURN_IF(!model->device_plan, KT_STATUS_NOT_FOUND, "kt_model_device_plan: the model was loaded without a device");
+        std::string text = model->device_plan->to_string();
+        text += kt::format("device %s: %llu bytes in use\n", model->device->name().c_str(),
+                           static_cast<unsigned long long>(model->device->used_bytes()));
+        {
+            std::lock_guard<std::mutex> lock(const_cast<kt_model *>(model)->runners_mutex);
+            text += kt::api::split_line(model);
+        }
+        if (out_length) *out_length = text.size();
+        KT_RETURN_IF(!buf || capacity <= text.size(), KT_STATUS_BUFFER_TOO_SMALL,
+                     "kt_model_device_plan: the plan has %zu bytes (plus a NUL), the buffer %llu", text.size(),
+                     static_cast<unsigned long long>(capacity));
+        std::memcpy(buf, text.c_str(), text.size() + 1);
+        return Status::ok();
+    });
+}
+
+KT_API kt_status kt_model_expert_counts(const kt_model *model, int64_t layer, uint64_t *counts, int64_t capacity,
+                                        int64_t *out_count) {
+    return guard_on(model, [&]() -> Status {
+        KT_RETURN_IF(!model, KT_STATUS_INVALID_ARGUMENT, "model is NULL");
+        std::shared_ptr<const kt::model::Model> m;
+        {
+            std::lock_guard<std::mutex> lock(const_cast<kt_model *>(model)->runners_mutex);
+            m = model->runners[KT_KERNELS_AUTO];
+        }
+        KT_RETURN_IF(!m, KT_STATUS_NOT_FOUND, "kt_model_expert_counts: the expert engine has not prepared this model");
+        KT_RETURN_IF(layer < 0 || layer >= static_cast<int64_t>(m->w.layers.size()), KT_STATUS_NOT_FOUND,
+                     "kt_model_expert_counts: layer %lld of %zu", static_cast<long long>(layer), m->w.layers.size());
+        const auto &experts = m->w.layers[static_cast<size_t>(layer)].experts.experts;
+        std::vector<uint64_t> c;
+        KT_RETURN_IF(!experts || !experts->activation_counts(&c), KT_STATUS_NOT_FOUND,
+                     "kt_model_expert_counts: layer %lld has no routed experts", static_cast<long long>(layer));
+        if (out_count) *out_count = static_cast<int64_t>(c.size());
+        KT_RETURN_IF(!counts || capacity < static_cast<int64_t>(c.size()), KT_STATUS_BUFFER_TOO_SMALL,
+                     "kt_model_expert_counts: %zu experts, capacity %lld", c.size(), static_cast<long long>(capacity));
+        std::copy(c.begin(), c.end(), counts);
+        return Status::ok();
+    });
+}
+
+}  // extern "C"

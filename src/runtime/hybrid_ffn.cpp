@@ -1,0 +1,102 @@
+#include "runtime/hybrid_ffn.h"
+
+#include <algorithm>
+
+namespace kt::runtime {
+
+HybridFfn::HybridFfn(std::unique_ptr<moe::ExpertPool> pool, std::shared_ptr<device::Device> device,
+                     std::unique_ptr<device::DeviceLayer> layer, int64_t max_tokens)
+    : pool_(std::move(pool)), device_(std::move(device)), layer_(std::move(layer)), n_(pool_->config().n_experts),
+      hidden_(pool_->config().hidden), intermediate_(pool_->config().intermediate), max_tokens_(max_tokens),
+      dev_out_(static_cast<size_t>(max_tokens * pool_->config().hidden)), counter_(pool_->config().n_experts) {}
+
+HybridFfn::~HybridFfn() {
+    // The layer's device memory goes back before the device itself (held by device_) may go.
+    layer_.reset();
+}
+
+Status HybridFfn::init() { return pool_->set_mask(layer_->resident_mask().data(), n_); }
+
+Status HybridFfn::forward(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights, int64_t k,
+                          float *out, ThreadPool &) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const int64_t H = hidden_;
+    auto hook = [this] {
+        if (cpu_begin_hook_) cpu_begin_hook_();
+    };
+    const FunctionRef<void()> hook_ref(hook);
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += max_tokens_) {
+        const int64_t T = std::min(max_tokens_, n_tokens - t0);
+        const int32_t *chunk_ids = ids + t0 * k;
+        counter_.add(chunk_ids, T * k);
+        int64_t cpu_rows = 0, dev_rows = 0;
+        for (int64_t i = 0; i < T * k; ++i) {
+            if (chunk_ids[i] < 0) continue;
+            if (layer_->resident(chunk_ids[i])) ++dev_rows;
+            else ++cpu_rows;
+        }
+        float *chunk_out = out + t0 * H;
+        const int64_t start = monotonic_ns();
+
+        // 1. The CPU experts, queued on the pool's executor.
+        moe::JobTimes cpu_times;
+        uint64_t ticket = 0;
+        if (cpu_rows > 0) {
+            moe::ForwardArgs args;
+            args.n_tokens = T;
+            args.top_k = static_cast<int32_t>(k);
+            args.input = x + t0 * H;
+            args.ids = chunk_ids;
+            args.weights = weights + t0 * k;
+            args.output = chunk_out;
+            args.times = &cpu_times;
+            if (cpu_begin_hook_) args.on_begin = &hook_ref;
+            KT_TRY(pool_->submit(args, &ticket));
+        } else {
+            std::fill(chunk_out, chunk_out + T * H, 0.0f);
+        }
+        // 2. Meanwhile, the device's experts.
+        device::Event event;
+        Status dev_status;
+        if (dev_rows > 0) {
+            device::ExpertWork work;
+            work.n_tokens = T;
+            work.top_k = static_cast<int32_t>(k);
+            work.input = x + t0 * H;
+            work.ids = chunk_ids;
+            work.weights = weights + t0 * k;
+            work.output = dev_out_.data();
+            dev_status = layer_->submit(work, &event);
+        }
+        // 3. Both results; the CPU job is waited for even when the device failed (it writes chunk_out).
+        const Status cpu_status = ticket ? pool_->wait(ticket) : Status::ok();
+        device::Interval dev_times;
+        if (dev_rows > 0 && dev_status.is_ok()) dev_status = layer_->wait(event, &dev_times);
+        KT_TRY(cpu_status);
+        KT_TRY(Status(dev_status).with_context("device experts"));
+        if (dev_rows > 0)
+            for (int64_t i = 0; i < T * H; ++i) chunk_out[i] += dev_out_[static_cast<size_t>(i)];
+
+        ++stats_.calls;
+        stats_.wall_ns += monotonic_ns() - start;
+        stats_.cpu_rows += cpu_rows;
+        stats_.device_rows += dev_rows;
+        const int64_t cpu_ns = ticket ? std::max<int64_t>(0, cpu_times.end_ns - cpu_times.begin_ns) : 0;
+        stats_.cpu_ns += cpu_ns;
+        stats_.device_ns += dev_times.ns();
+        if (ticket && dev_rows > 0) {
+            const int64_t both = std::min(cpu_times.end_ns, dev_times.end_ns) - std::max(cpu_times.begin_ns, dev_times.begin_ns);
+            stats_.overlap_ns += std::max<int64_t>(0, both);
+        }
+        stats_.last_cpu = ticket ? cpu_times : moe::JobTimes{};
+        stats_.last_device = dev_times;
+    }
+    return Status::ok();
+}
+
+HybridStats HybridFfn::stats() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+}
+
+}  // namespace kt::runtime

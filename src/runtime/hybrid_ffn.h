@@ -1,0 +1,95 @@
+// The hybrid MoE FFN: a layer's experts split between kt's CPU expert pool and a device.
+//
+// Once routing is known, forward() submits the CPU experts to the layer's moe::ExpertPool (whose mask skips the
+// device-resident experts), then has the device compute its resident experts on the same tokens, waits for both
+// and adds the device's sum into the pool's output. The two run at the same time: the pool on its executor's
+// threads, the device on its own (the stand-in's thread, or the GPU's stream).
+//
+//   out[t] = Σ_{j: id not resident} w·expert(x[t])  (CPU, in the pool's order)  +  Σ_{j: resident} w·expert(x[t])  (device)
+//
+// so the result equals the all-CPU one up to the order of the sum and the device's BF16 arithmetic.
+//
+// Each call's CPU job interval and device interval are recorded: the statistics say how long each side worked and
+// how much of it was hidden by the other (the intersection of the two intervals).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/function_ref.h"
+#include "device/device.h"
+#include "moe/expert_pool.h"
+#include "ops/linear.h"
+
+namespace kt::runtime {
+
+// Counts (token, slot) routings per expert; shared by the engine's expert FFNs.
+class ActivationCounter {
+public:
+    explicit ActivationCounter(int64_t n) : counts_(static_cast<size_t>(n)) {}
+    void add(const int32_t *ids, int64_t n) {
+        for (int64_t i = 0; i < n; ++i)
+            if (ids[i] >= 0 && ids[i] < static_cast<int32_t>(counts_.size()))
+                counts_[static_cast<size_t>(ids[i])].fetch_add(1, std::memory_order_relaxed);
+    }
+    void read(std::vector<uint64_t> *out) const {
+        out->resize(counts_.size());
+        for (size_t e = 0; e < counts_.size(); ++e) (*out)[e] = counts_[e].load(std::memory_order_relaxed);
+    }
+
+private:
+    std::vector<std::atomic<uint64_t>> counts_;
+};
+
+struct HybridStats {
+    int64_t calls = 0;          // chunks of at most max_tokens tokens
+    int64_t cpu_ns = 0;         // the pool's jobs, begin to end
+    int64_t device_ns = 0;      // the device's work, begin to end
+    int64_t overlap_ns = 0;     // time both were working: the part of the shorter side hidden behind the other
+    int64_t wall_ns = 0;        // from the first submission to both results, per call, summed
+    int64_t cpu_rows = 0, device_rows = 0;  // (token, slot) pairs computed on each side
+    // Of the last call (for tests): the two intervals on the monotonic_ns clock.
+    moe::JobTimes last_cpu;
+    device::Interval last_device;
+};
+
+class HybridFfn final : public ops::ExpertFfn {
+public:
+    // `pool` holds every expert (its mask is set here to skip the layer's resident ones); `layer` the resident
+    // experts, uploaded. `device` keeps the layer's device alive.
+    HybridFfn(std::unique_ptr<moe::ExpertPool> pool, std::shared_ptr<device::Device> device,
+              std::unique_ptr<device::DeviceLayer> layer, int64_t max_tokens);
+    ~HybridFfn() override;
+    Status init();  // sets the pool's mask
+
+    int64_t n_experts() const override { return n_; }
+    int64_t hidden() const override { return hidden_; }
+    int64_t intermediate() const override { return intermediate_; }
+    Status forward(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights, int64_t k, float *out,
+                   ThreadPool &pool) const override;
+    bool activation_counts(std::vector<uint64_t> *out) const override {
+        counter_.read(out);
+        return true;
+    }
+
+    HybridStats stats() const;
+    const device::DeviceLayer &layer() const { return *layer_; }
+    // Tests: called on the pool's driver thread as each CPU job begins.
+    void set_cpu_begin_hook(std::function<void()> hook) { cpu_begin_hook_ = std::move(hook); }
+
+private:
+    std::unique_ptr<moe::ExpertPool> pool_;
+    std::shared_ptr<device::Device> device_;
+    std::unique_ptr<device::DeviceLayer> layer_;
+    int64_t n_, hidden_, intermediate_, max_tokens_;
+    mutable std::mutex mutex_;  // one forward at a time: the device layer and dev_out_ are per layer
+    mutable std::vector<float> dev_out_;  // [max_tokens][H]: the device's result, copied back to the host
+    mutable ActivationCounter counter_;
+    mutable HybridStats stats_;
+    std::function<void()> cpu_begin_hook_;
+};
+
+}  // namespace kt::runtime

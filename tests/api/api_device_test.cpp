@@ -1,0 +1,226 @@
+// The hybrid path through kt.h on the CPU stand-in device: a tiny MoE model gives the same greedy tokens and (to the
+// summation order) the same logits as on the CPU alone; the plan is printed and follows activation counts; a
+// model that does not fit is refused with a message that says why.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "support/greedy.h"
+#include "support/test_support.h"
+#include "support/tiny_model.h"
+
+namespace {
+
+// qwen3moe, 2 layers, 8 experts top-2; the experts stored as BF16, which the CPU pool and the device both compute
+// with as stored (the rest stays F32).
+kt::test::TinyModel spec() {
+    kt::test::TinyModel s;
+    s.n_expert = 8;
+    s.n_expert_used = 2;
+    s.seed = 5;
+    s.types.push_back({"_exps.", KT_TYPE_BF16});
+    return s;
+}
+
+struct Run {
+    std::vector<float> logits;   // every prompt position, n_vocab each
+    std::vector<int32_t> tokens; // greedy continuation
+};
+
+const std::vector<int32_t> kPrompt = {1, 5, 9, 2, 33, 17, 4, 60, 12, 7};
+
+std::string &last_message() {
+    static std::string message;
+    return message;
+}
+
+kt_model *load(const std::string &path, const kt_model_params &p, kt_status *status = nullptr) {
+    kt_model *m = nullptr;
+    kt_error err;
+    err.struct_size = sizeof err;
+    err.message[0] = '\0';
+    const kt_status s = kt_model_load(path.c_str(), &p, &m, &err);
+    if (status) *status = s;
+    else {
+        INFO(err.message);
+        REQUIRE(s == KT_STATUS_OK);
+    }
+    if (s != KT_STATUS_OK) last_message() = err.message;
+    return m;
+}
+
+Run run(kt_model *m) {
+    kt_context_params cp;
+    kt_context_params_init(&cp);
+    cp.n_threads = 2;
+    cp.n_ctx = 64;
+    kt_context *ctx = nullptr;
+    REQUIRE(kt_context_create(m, &cp, &ctx, nullptr) == KT_STATUS_OK);
+    Run r;
+    REQUIRE(kt_context_decode(ctx, kPrompt.data(), static_cast<int64_t>(kPrompt.size()), KT_LOGITS_ALL) == KT_STATUS_OK);
+    const int64_t V = kt_context_n_vocab(ctx);
+    for (int64_t row = 0; row < static_cast<int64_t>(kPrompt.size()); ++row) {
+        const float *l = nullptr;
+        REQUIRE(kt_context_logits(ctx, row, &l, nullptr) == KT_STATUS_OK);
+        r.logits.insert(r.logits.end(), l, l + V);
+    }
+    r.tokens.resize(8);
+    int64_t produced = 0;
+    REQUIRE(kt::test::generate_greedy(ctx, r.tokens.data(), 8, &produced) == KT_STATUS_OK);
+    r.tokens.resize(static_cast<size_t>(produced));
+    kt_context_free(ctx);
+    return r;
+}
+
+std::string plan_of(const kt_model *m) {
+    uint64_t n = 0;
+    REQUIRE(kt_model_device_plan(m, nullptr, 0, &n) == KT_STATUS_BUFFER_TOO_SMALL);
+    std::string text(n + 1, '\0');
+    REQUIRE(kt_model_device_plan(m, text.data(), text.size(), &n) == KT_STATUS_OK);
+    text.resize(n);
+    return text;
+}
+
+kt_model_params standin_params(uint64_t budget, int64_t experts) {
+    kt_model_params p;
+    kt_model_params_init(&p);
+    p.device = KT_DEVICE_CPU_STANDIN;
+    p.device_budget_bytes = budget;
+    p.device_experts = experts;
+    return p;
+}
+
+}  // namespace
+
+TEST_CASE("device api: the stand-in device gives the all-CPU model's greedy tokens and logits") {
+    kt::test::TempDir dir;
+    const std::string path = dir.file("tiny.gguf");
+    kt::test::write_tiny_model_file_or_fail(spec(), path);
+
+    kt_model_params cpu_params;
+    kt_model_params_init(&cpu_params);
+    kt_model *cpu = load(path, cpu_params);
+    const Run expected = run(cpu);
+    CHECK(kt_model_device_plan(cpu, nullptr, 0, nullptr) == KT_STATUS_NOT_FOUND);
+
+    for (int64_t experts : {3, 8}) {
+        kt_model *hybrid = load(path, standin_params(64ull << 20, experts));
+        const std::string before = plan_of(hybrid);
+        INFO(before);
+        CHECK_THAT(before, Catch::Contains("layer 0: " + std::to_string(experts) + "/8 experts"));
+        CHECK_THAT(before, Catch::Contains("layer 1: " + std::to_string(experts) + "/8 experts"));
+        const Run got = run(hybrid);
+        // Same tokens; logits within what a different order of summing the experts' outputs moves them (both
+        // sides compute each expert from the same BF16 weights and BF16-rounded activations), through 2 layers.
+        CHECK(got.tokens == expected.tokens);
+        REQUIRE(got.logits.size() == expected.logits.size());
+        double worst = 0, scale = 0;
+        for (size_t i = 0; i < got.logits.size(); ++i) {
+            worst = std::max(worst, static_cast<double>(std::fabs(got.logits[i] - expected.logits[i])));
+            scale = std::max(scale, static_cast<double>(std::fabs(expected.logits[i])));
+        }
+        CHECK(worst <= 1e-3 * scale);
+        const std::string after = plan_of(hybrid);
+        INFO(after);
+        CHECK_THAT(after, Catch::Contains("split: "));
+        // Exact accounting: what the device holds once the engine has built the layers is what the plan said.
+        const size_t used_at = before.find(", used ");
+        REQUIRE(used_at != std::string::npos);
+        const std::string used = before.substr(used_at + 7, before.find(' ', used_at + 7) - used_at - 7);
+        CHECK_THAT(after, Catch::Contains(": " + used + " bytes in use"));
+        CHECK_THAT(before, Catch::Contains(": 0 bytes in use"));  // nothing allocated before the engine runs
+        CHECK_THAT(after, !Catch::Contains("rows 0 on the device"));
+        if (experts == 8) CHECK_THAT(after, Catch::Contains(" / 0 on the CPU"));
+        kt_model_free(hybrid);
+    }
+    kt_model_free(cpu);
+}
+
+TEST_CASE("device api: activation counts are recorded, and placement by them puts the hottest experts on the device") {
+    kt::test::TempDir dir;
+    const std::string path = dir.file("tiny.gguf");
+    kt::test::write_tiny_model_file_or_fail(spec(), path);
+    kt_model_params p;
+    kt_model_params_init(&p);
+    kt_model *calib = load(path, p);
+    std::vector<uint64_t> c(8);
+    int64_t n = 0;
+    CHECK(kt_model_expert_counts(calib, 0, c.data(), 8, &n) == KT_STATUS_NOT_FOUND);  // not prepared yet
+    const Run calibration = run(calib);
+    REQUIRE(!calibration.tokens.empty());
+    std::vector<uint64_t> all;  // [n_layer][n_expert]
+    for (int64_t layer = 0; layer < 2; ++layer) {
+        REQUIRE(kt_model_expert_counts(calib, layer, c.data(), 8, &n) == KT_STATUS_OK);
+        CHECK(n == 8);
+        // Every routed (token, slot): the prompt and each generated token (kt_context_generate runs the last one
+        // too, leaving the context ready to continue), top-2.
+        const uint64_t total = std::accumulate(c.begin(), c.end(), uint64_t{0});
+        CHECK(total == (kPrompt.size() + calibration.tokens.size()) * 2);
+        all.insert(all.end(), c.begin(), c.end());
+    }
+    CHECK(kt_model_expert_counts(calib, 0, c.data(), 7, &n) == KT_STATUS_BUFFER_TOO_SMALL);
+    CHECK(kt_model_expert_counts(calib, 5, c.data(), 8, &n) == KT_STATUS_NOT_FOUND);
+    kt_model_free(calib);
+
+    kt_model_params hp = standin_params(64ull << 20, 2);
+    hp.device_expert_counts = all.data();
+    hp.device_expert_counts_len = all.size();
+    kt_model *hybrid = load(path, hp);
+    const std::string text = plan_of(hybrid);
+    INFO(text);
+    CHECK_THAT(text, Catch::Contains("hottest by activation counts"));
+    for (int64_t layer = 0; layer < 2; ++layer) {
+        std::vector<int32_t> order(8);
+        std::iota(order.begin(), order.end(), 0);
+        const uint64_t *row = all.data() + layer * 8;
+        std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+        const int32_t lo = std::min(order[0], order[1]), hi = std::max(order[0], order[1]);
+        CHECK_THAT(text, Catch::Contains("layer " + std::to_string(layer) + ": 2/8 experts [" + std::to_string(lo) + " " +
+                                         std::to_string(hi) + "]"));
+    }
+    kt_model_free(hybrid);
+    hp.device_expert_counts_len = 3;  // not n_layer * n_expert
+    kt_status s = KT_STATUS_OK;
+    CHECK(load(path, hp, &s) == nullptr);
+    CHECK(s == KT_STATUS_INVALID_ARGUMENT);
+}
+
+TEST_CASE("device api: a model that does not fit, or a request that cannot be met, is refused with the reason") {
+    kt::test::TempDir dir;
+    const std::string path = dir.file("tiny.gguf");
+    kt::test::write_tiny_model_file_or_fail(spec(), path);
+    kt_status s = KT_STATUS_OK;
+
+    kt_model_params p = standin_params(64ull << 20, 9);  // more than the 8 experts a layer has
+    CHECK(load(path, p, &s) == nullptr);
+    CHECK(s == KT_STATUS_INVALID_ARGUMENT);
+    CHECK_THAT(last_message(), Catch::Contains("layer 0 has 8 experts"));
+
+    p = standin_params(1000, 0);  // not even the work buffer
+    CHECK(load(path, p, &s) == nullptr);
+    CHECK(s == KT_STATUS_OUT_OF_MEMORY);
+    CHECK_THAT(last_message(), Catch::Contains("non-expert"));
+
+    p = standin_params(64ull << 20, 0);  // as many as fit: all of them
+    kt_model *m = load(path, p);
+    CHECK_THAT(plan_of(m), Catch::Contains("layer 1: 8/8 experts"));
+    kt_model_free(m);
+
+    p.device = 7;
+    CHECK(load(path, p, &s) == nullptr);
+    CHECK(s == KT_STATUS_INVALID_ARGUMENT);
+
+    p = standin_params(64ull << 20, 2);
+    p.device = KT_DEVICE_CUDA;
+    m = load(path, p, &s);
+    if (s == KT_STATUS_OK) {
+        WARN("a CUDA device is present: the CUDA load was checked, not its refusal");
+        kt_model_free(m);
+    } else {
+        CHECK(s == KT_STATUS_UNSUPPORTED);
+        WARN("KT_DEVICE_CUDA refused as expected here: " << last_message());
+    }
+}

@@ -17,6 +17,28 @@ Status io_error(const std::string &path, const char *what, int err) {
     return Status::error(KT_STATUS_IO_ERROR, "%s: %s: %s", path.c_str(), what, std::strerror(err));
 }
 
+// An open descriptor of a regular file and its size, closed when it goes out of scope.
+struct RegularFile {
+    int fd = -1;
+    uint64_t size = 0;
+    RegularFile() = default;
+    RegularFile(const RegularFile &) = delete;
+    RegularFile &operator=(const RegularFile &) = delete;
+    ~RegularFile() {
+        if (fd >= 0) ::close(fd);
+    }
+};
+
+Status open_regular(const std::string &path, RegularFile *f) {
+    f->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0) return io_error(path, "cannot open", errno);
+    struct stat st;
+    if (fstat(f->fd, &st) != 0) return io_error(path, "cannot stat", errno);
+    KT_RETURN_IF(!S_ISREG(st.st_mode), KT_STATUS_IO_ERROR, "%s: not a regular file", path.c_str());
+    f->size = static_cast<uint64_t>(st.st_size);
+    return Status::ok();
+}
+
 // Reads in 64 MiB pieces so a progress callback can report and cancel a multi-gigabyte read.
 constexpr uint64_t kReadChunk = 64ull << 20;
 
@@ -60,17 +82,10 @@ MappedFile MappedFile::borrow(const uint8_t *data, uint64_t size) {
 }
 
 Status MappedFile::open(const std::string &path, bool use_mmap, const ReadProgress &progress, MappedFile *out) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return io_error(path, "cannot open", errno);
-    struct FdCloser {
-        int fd;
-        ~FdCloser() { ::close(fd); }
-    } closer{fd};
-
-    struct stat st;
-    if (fstat(fd, &st) != 0) return io_error(path, "cannot stat", errno);
-    KT_RETURN_IF(!S_ISREG(st.st_mode), KT_STATUS_IO_ERROR, "%s: not a regular file", path.c_str());
-    const uint64_t size = static_cast<uint64_t>(st.st_size);
+    RegularFile file;
+    KT_TRY(open_regular(path, &file));
+    const int fd = file.fd;
+    const uint64_t size = file.size;
 
     MappedFile f;
     f.size_ = size;
@@ -107,18 +122,11 @@ Status MappedFile::open(const std::string &path, bool use_mmap, const ReadProgre
 }
 
 Status MappedFile::open_shared(const std::string &path, MappedFile *out) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return io_error(path, "cannot open", errno);
-    struct FdCloser {
-        int fd;
-        ~FdCloser() { ::close(fd); }
-    } closer{fd};
-    struct stat st;
-    if (fstat(fd, &st) != 0) return io_error(path, "cannot stat", errno);
-    KT_RETURN_IF(!S_ISREG(st.st_mode), KT_STATUS_IO_ERROR, "%s: not a regular file", path.c_str());
-    KT_RETURN_IF(st.st_size <= 0, KT_STATUS_IO_ERROR, "%s: empty file", path.c_str());
-    const uint64_t size = static_cast<uint64_t>(st.st_size);
-    void *p = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+    RegularFile file;
+    KT_TRY(open_regular(path, &file));
+    KT_RETURN_IF(file.size == 0, KT_STATUS_IO_ERROR, "%s: empty file", path.c_str());
+    const uint64_t size = file.size;
+    void *p = mmap(nullptr, size, PROT_READ, MAP_SHARED, file.fd, 0);
     if (p == MAP_FAILED) return io_error(path, "mmap failed", errno);
     MappedFile f;
     f.data_ = static_cast<const uint8_t *>(p);
@@ -132,12 +140,11 @@ Status MappedFile::open_shared(const std::string &path, MappedFile *out) {
 void MappedFile::prefetch(uint64_t offset, uint64_t length) const {
     if (!mapped_ || offset >= size_) return;
     if (length > size_ - offset) length = size_ - offset;
-    // Reading one byte per page faults it in; the volatile sink keeps the loads from being optimised away.
-    const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
     // Asked for as a whole first, so that a range not in the page cache is read with the kernel's large readahead
-    // rather than a small synchronous read per fault.
-    const uint64_t first = offset / page * page;
-    (void)madvise(const_cast<uint8_t *>(data_) + first, offset + length - first, MADV_WILLNEED);
+    // rather than a small synchronous read per fault; then reading one byte per page faults it in (the volatile
+    // sink keeps the loads from being optimised away).
+    will_need(offset, length);
+    const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
     volatile uint8_t sink = 0;
     for (uint64_t i = offset - offset % page; i < offset + length; i += page) sink = sink + data_[i];
     (void)sink;

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "api_server.h"
+#include "common/cli.h"
 #include "generator.h"
 #include "http_server.h"
 #include "server_options.h"
@@ -149,8 +150,12 @@ int main(int argc, char **argv) {
     kt_model *model = nullptr;
     std::unique_ptr<Generator> generator;
     {
-        kt_model_params mp;
-        kt_model_params_init(&mp);
+        // The weights are packed for the expert engine while loading, before the server listens: the first
+        // request does not pay for it, and a SIGTERM meanwhile cancels it.
+        kt_model_params mp = o.load;
+        mp.prepare = 1;
+        mp.n_threads = o.threads;
+        mp.pack_cache_path = o.pack_cache_path.empty() ? nullptr : o.pack_cache_path.c_str();
         mp.progress_callback = keep_loading;
         kt_error err = {sizeof(kt_error), 0, {0}};
         if (kt_model_load(o.model_path.c_str(), &mp, &model, &err) != KT_STATUS_OK) {
@@ -160,6 +165,7 @@ int main(int argc, char **argv) {
             }
         }
     }
+    if (model && o.load.device != KT_DEVICE_NONE) std::fprintf(stderr, "%s", kt_cli::device_plan(model).c_str());
     ServedModel served;
     if (model) {
         kt_vocab_info vocab;

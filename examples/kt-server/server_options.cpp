@@ -5,7 +5,9 @@
 namespace kt_server {
 
 const char *server_usage() {
-    return "usage: kt-server [options]   (an OpenAI-compatible HTTP server; with no flags it serves the model kt ships)\n"
+    // The device flags' lines come from the same place as kt-run's.
+    static const std::string text = [] {
+        const char *format = "usage: kt-server [options]   (an OpenAI-compatible HTTP server; with no flags it serves the model kt ships)\n"
            "  -m, --model FILE          GGUF model (default: examples/kt-tiny-moe/kt-tiny-moe.q8_0.gguf)\n"
            "      --host ADDR           address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)\n"
            "      --port N              port (default 8080; 0: any free port)\n"
@@ -28,15 +30,24 @@ const char *server_usage() {
            "      --ping-ms N           SSE comment interval while no token comes (default 2000)\n"
            "      --drain-seconds N     on SIGTERM, time in-flight requests get to finish (default 30)\n"
            "      --http-threads N      connection threads (default 2 * (parallel + queue) + 8)\n"
+           "      --pack-cache on|PATH  keep the packed weights in PATH (on: MODEL.ktpack) and map them on later\n"
+           "                            starts instead of repacking\n"
+           "%s"
            "default sampling, for fields a request leaves out (kt's defaults: temperature 0.8, top-k 40,\n"
            "top-p 0.95, min-p 0.05):\n"
            "      --temp T  --top-k N  --top-p P  --min-p P  --repeat-penalty R  --repeat-last-n N\n"
            "      --presence-penalty P  --frequency-penalty P  --seed N\n";
+        std::string t(format);
+        t.replace(t.find("%s"), 2, kt_cli::device_usage());
+        return t;
+    }();
+    return text.c_str();
 }
 
 std::string parse_server_options(int argc, const char *const *argv, ServerOptions *out) {
     ServerOptions o;
     kt_sampler_params_init(&o.sampling);
+    kt_model_params_init(&o.load);
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "-h" || a == "--help") return "help";
@@ -84,8 +95,14 @@ std::string parse_server_options(int argc, const char *const *argv, ServerOption
         else if (a == "--ping-ms") problem = integer(1, 3600 * 1000, &o.ping_ms);
         else if (a == "--drain-seconds") problem = integer(0, 24 * 3600, &o.drain_seconds);
         else if (a == "--http-threads") problem = integer(0, 1 << 16, &o.http_threads);
-        else if (const kt_cli::Flag flag = kt_cli::sampling_flag(a, v, &o.sampling); flag != kt_cli::Flag::kNotMine) {
+        else if (a == "--pack-cache") {
+            if (!*v) return "--pack-cache needs on or a path";
+            o.load.pack_cache = 1;
+            o.pack_cache_path = std::string(v) == "on" ? "" : v;
+        } else if (const kt_cli::Flag flag = kt_cli::sampling_flag(a, v, &o.sampling); flag != kt_cli::Flag::kNotMine) {
             if (flag == kt_cli::Flag::kBadValue) return "bad value for " + a + ": " + v;
+        } else if (const kt_cli::Flag dflag = kt_cli::device_flag(a, v, &o.load); dflag != kt_cli::Flag::kNotMine) {
+            if (dflag == kt_cli::Flag::kBadValue) return "bad value for " + a + ": " + v;
         } else {
             return "unknown option " + a;
         }

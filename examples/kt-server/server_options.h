@@ -32,6 +32,10 @@ struct ServerOptions {
     int32_t ping_ms = 2000;              // SSE comment every this many ms while no token comes
     int32_t drain_seconds = 30;          // after SIGTERM, in-flight requests get this long to finish
     int32_t http_threads = 0;            // connection threads; 0: 2 * (parallel + queue) + 8
+    // How the model is loaded: its weights packed for the expert engine before the server listens (prepare,
+    // on `threads`), --pack-cache's file and the --device flags (kt_cli::device_flag).
+    kt_model_params load{};
+    std::string pack_cache_path;         // with load.pack_cache: "" = the model's path + ".ktpack"
 };
 
 // Fills *out from argv. Returns "" on success, "help" for -h/--help, else the usage error.

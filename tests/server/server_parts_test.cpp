@@ -123,12 +123,17 @@ TEST_CASE("server options: defaults, every flag, and usage errors") {
     CHECK(o.parallel == 4);
     CHECK(o.http_threads == 2 * (4 + 64) + 8);
     CHECK(o.sampling.temperature == Approx(0.8f));  // kt_sampler_params_init's
+    CHECK(o.load.struct_size == sizeof(kt_model_params));  // kt_model_params_init's
+    CHECK(o.load.pack_cache == 0);
+    CHECK(o.load.device == KT_DEVICE_NONE);
 
     REQUIRE(parse({"-m", "x.gguf", "--host", "0.0.0.0", "--port", "0", "--api-key", "k1", "--api-key", "k2",
                    "--api-key-file", "keys.txt", "--alias", "my-model", "-np", "8", "-c", "2048", "--kv-budget", "64",
                    "--kv-type", "q8_0", "-t", "2", "--queue", "3", "--body-limit", "1000", "--cors-origin", "*",
                    "--request-log", "-", "--chat-template", "chatml", "-n", "50", "--ping-ms", "10",
-                   "--drain-seconds", "5", "--http-threads", "12", "--temp", "0", "--seed", "9"},
+                   "--drain-seconds", "5", "--http-threads", "12", "--temp", "0", "--seed", "9",
+                   "--pack-cache", "/tmp/x.ktpack", "--device", "standin", "--device-budget", "3M",
+                   "--device-experts", "2"},
                   &o)
                 .empty());
     CHECK(o.model_path == "x.gguf");
@@ -153,11 +158,23 @@ TEST_CASE("server options: defaults, every flag, and usage errors") {
     CHECK(o.http_threads == 12);
     CHECK(o.sampling.temperature == 0.0f);
     CHECK(o.sampling.seed == 9);
+    CHECK(o.load.pack_cache == 1);
+    CHECK(o.pack_cache_path == "/tmp/x.ktpack");
+    CHECK(o.load.device == KT_DEVICE_CPU_STANDIN);
+    CHECK(o.load.device_budget_bytes == 3ull << 20);
+    CHECK(o.load.device_experts == 2);
+    REQUIRE(parse({"--pack-cache", "on", "--device", "cuda:1"}, &o).empty());
+    CHECK(o.load.pack_cache == 1);
+    CHECK(o.pack_cache_path.empty());  // next to the model
+    CHECK(o.load.device == KT_DEVICE_CUDA);
+    CHECK(o.load.device_index == 1);
 
     CHECK(parse({"--help"}, &o) == "help");
     for (std::vector<const char *> bad : std::vector<std::vector<const char *>>{
              {"--port"}, {"--port", "70000"}, {"--port", "80x"}, {"-np", "0"}, {"--kv-type", "q4_0"},
-             {"--frobnicate", "1"}, {"--api-key", ""}, {"-n", "0"}, {"--temp", "warm"}, {"--body-limit", "10"}}) {
+             {"--frobnicate", "1"}, {"--api-key", ""}, {"-n", "0"}, {"--temp", "warm"}, {"--body-limit", "10"},
+             {"--pack-cache", ""}, {"--device", "tpu"}, {"--device", "cuda:x"}, {"--device-budget", "lots"},
+             {"--device-experts", "-1"}}) {
         INFO(bad[0]);
         const std::string problem = parse(bad, &o);
         CHECK_FALSE(problem.empty());

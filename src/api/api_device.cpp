@@ -46,15 +46,7 @@ std::string split_line(const kt_model *model) {
     runtime::HybridStats sum;
     for (const model::LayerWeights &L : m->w.layers) {
         const auto *h = dynamic_cast<const runtime::HybridFfn *>(L.experts.experts.get());
-        if (!h) continue;
-        const runtime::HybridStats s = h->stats();
-        sum.calls += s.calls;
-        sum.cpu_ns += s.cpu_ns;
-        sum.device_ns += s.device_ns;
-        sum.overlap_ns += s.overlap_ns;
-        sum.wall_ns += s.wall_ns;
-        sum.cpu_rows += s.cpu_rows;
-        sum.device_rows += s.device_rows;
+        if (h) sum.add(h->stats());
     }
     const int64_t shorter = std::min(sum.cpu_ns, sum.device_ns);
     return format("split: %lld calls, rows %lld on the device / %lld on the CPU, device %.3f ms, cpu %.3f ms, "

@@ -43,6 +43,11 @@ int64_t task_block(int64_t extent, int64_t count, int threads) {
     return block;
 }
 
+// The three projections, in this order wherever they come as a set: specs_, the names a PackedStore keeps them
+// under, and a group's packed weights.
+enum Projection : int { kGateProj, kUpProj, kDownProj, kProjections };
+constexpr int32_t kStorePart[kProjections] = {PackedBufferDesc::kGate, PackedBufferDesc::kUp, PackedBufferDesc::kDown};
+
 }  // namespace
 
 // This pool's part of one executor group: its I shard, the shard's packed weights (on the group's node).
@@ -50,23 +55,26 @@ struct ExpertPool::Group {
     int node = 0;
     int64_t i_begin = 0, i_end = 0;
     int64_t shard() const { return i_end - i_begin; }
-    PackedLayout gate_l, up_l, down_l;
-    size_t gate_stride = 0, up_stride = 0, down_stride = 0;  // bytes per expert
-    mem::WeightStorage gate_w, up_w, down_w;  // owned and packed here, or views of a PackedStore's
+    // Per projection: the shard's packed layout, its bytes per expert, and the experts' weights (owned and packed
+    // here, or views of a PackedStore's).
+    PackedLayout layout[kProjections];
+    size_t stride[kProjections] = {};
+    mem::WeightStorage weights[kProjections];
     int64_t h_sums_ld = 0;
 
-    PackedMatrix gate(int64_t e) const { return {gate_l, gate_w.data() + e * gate_stride}; }
-    PackedMatrix up(int64_t e) const { return {up_l, up_w.data() + e * up_stride}; }
-    PackedMatrix down(int64_t e) const { return {down_l, down_w.data() + e * down_stride}; }
+    PackedMatrix matrix(int p, int64_t e) const { return {layout[p], weights[p].data() + e * stride[p]}; }
+    PackedMatrix gate(int64_t e) const { return matrix(kGateProj, e); }
+    PackedMatrix up(int64_t e) const { return matrix(kUpProj, e); }
+    PackedMatrix down(int64_t e) const { return matrix(kDownProj, e); }
 
-    // The buffer descriptors of this shard (as a PackedStore knows them), for n_experts experts.
-    moe::PackedBufferDesc desc(int32_t part, int g, int64_t n_experts) const {
+    // The descriptor of projection p's buffer in this shard (as a PackedStore knows it), for n_experts experts.
+    moe::PackedBufferDesc desc(int p, int g, int64_t n_experts) const {
         moe::PackedBufferDesc d;
-        d.part = part;
+        d.part = kStorePart[p];
         d.shard = g;
         d.shard_begin = i_begin;
-        d.layout = part == PackedBufferDesc::kGate ? gate_l : part == PackedBufferDesc::kUp ? up_l : down_l;
-        d.stride = part == PackedBufferDesc::kGate ? gate_stride : part == PackedBufferDesc::kUp ? up_stride : down_stride;
+        d.layout = layout[p];
+        d.stride = stride[p];
         d.count = n_experts;
         return d;
     }
@@ -298,9 +306,7 @@ Status ExpertPool::load(const MatrixSource &gate, const MatrixSource &up, const 
         for (size_t g = 0; g < groups_.size(); ++g) {
             const Group &grp = *groups_[g];
             if (grp.shard() == 0) continue;
-            store->keep(names[0], grp.desc(PackedBufferDesc::kGate, static_cast<int>(g), E), grp.gate_w);
-            store->keep(names[1], grp.desc(PackedBufferDesc::kUp, static_cast<int>(g), E), grp.up_w);
-            store->keep(names[2], grp.desc(PackedBufferDesc::kDown, static_cast<int>(g), E), grp.down_w);
+            for (int p = 0; p < kProjections; ++p) store->keep(names[p], grp.desc(p, static_cast<int>(g), E), grp.weights[p]);
         }
     }
     loaded_ = true;
@@ -347,29 +353,28 @@ Status ExpertPool::prepare(const PackSpec &gs, const PackSpec &us, const PackSpe
     for (size_t g = 0; g < groups_.size(); ++g) {
         Group &grp = *groups_[g];
         info_.shard_begin.push_back(grp.i_begin);
-        grp.gate_w = mem::WeightStorage();
-        grp.up_w = mem::WeightStorage();
-        grp.down_w = mem::WeightStorage();
+        for (mem::WeightStorage &w : grp.weights) w = mem::WeightStorage();
         info_.placement.emplace_back("empty");
         if (grp.shard() == 0) continue;
         ++shards_;
         if (!first) first = &grp;
-        KT_TRY(cpu::packed_layout(gs.type, grp.shard(), H, gs.group, 0, &grp.gate_l).with_context("gate"));
-        KT_TRY(cpu::packed_layout(us.type, grp.shard(), H, us.group, 0, &grp.up_l).with_context("up"));
+        KT_TRY(cpu::packed_layout(gs.type, grp.shard(), H, gs.group, 0, &grp.layout[kGateProj]).with_context("gate"));
+        KT_TRY(cpu::packed_layout(us.type, grp.shard(), H, us.group, 0, &grp.layout[kUpProj]).with_context("up"));
         const int32_t offset = cpu::packed_type_info(ds.type).superblock > 0 ? static_cast<int32_t>(grp.i_begin % 256) : 0;
-        KT_TRY(cpu::packed_layout(ds.type, H, grp.shard(), ds.group, offset, &grp.down_l).with_context("down"));
-        grp.gate_stride = static_cast<size_t>(round_up(static_cast<int64_t>(grp.gate_l.bytes), 64));
-        grp.up_stride = static_cast<size_t>(round_up(static_cast<int64_t>(grp.up_l.bytes), 64));
-        grp.down_stride = static_cast<size_t>(round_up(static_cast<int64_t>(grp.down_l.bytes), 64));
-        info_.weight_bytes += (grp.gate_stride + grp.up_stride + grp.down_stride) * static_cast<uint64_t>(E);
+        KT_TRY(cpu::packed_layout(ds.type, H, grp.shard(), ds.group, offset, &grp.layout[kDownProj]).with_context("down"));
+        for (int p = 0; p < kProjections; ++p) {
+            grp.stride[p] = static_cast<size_t>(round_up(static_cast<int64_t>(grp.layout[p].bytes), 64));
+            info_.weight_bytes += grp.stride[p] * static_cast<uint64_t>(E);
+        }
 
         ScratchNeeds::PerGroup &pg = need.groups[g];
-        const bool down_int = grp.down_l.type != cpu::PackedType::kBf16;
-        const size_t dkp = static_cast<size_t>(grp.down_l.kp), slots = static_cast<size_t>(max_slots);
+        const PackedLayout &down_l = grp.layout[kDownProj];
+        const bool down_int = down_l.type != cpu::PackedType::kBf16;
+        const size_t dkp = static_cast<size_t>(down_l.kp), slots = static_cast<size_t>(max_slots);
         pg.h = sizeof(float) * slots * static_cast<size_t>(grp.shard());
         pg.hq = (down_int ? 1 : 2) * slots * dkp;
         if (down_int) {
-            down_spec_ = cpu::quant_spec(grp.down_l);
+            down_spec_ = cpu::quant_spec(down_l);
             grp.h_sums_ld = cpu::quant_sums_per_row(down_spec_, grp.shard());
             pg.h_scale = sizeof(float) * slots;
             pg.slot_amax = sizeof(float) * slots;
@@ -389,9 +394,7 @@ Status ExpertPool::prepare(const PackSpec &gs, const PackSpec &us, const PackSpe
             Group &grp = *groups_[g];
             if (grp.shard() == 0) continue;
             const int gi = static_cast<int>(g);
-            requests.push_back({names[0], grp.desc(PackedBufferDesc::kGate, gi, E), &grp.gate_w});
-            requests.push_back({names[1], grp.desc(PackedBufferDesc::kUp, gi, E), &grp.up_w});
-            requests.push_back({names[2], grp.desc(PackedBufferDesc::kDown, gi, E), &grp.down_w});
+            for (int p = 0; p < kProjections; ++p) requests.push_back({names[p], grp.desc(p, gi, E), &grp.weights[p]});
         }
         from_store_ = store->take(requests.data(), requests.size());
     }
@@ -400,27 +403,27 @@ Status ExpertPool::prepare(const PackSpec &gs, const PackSpec &us, const PackSpe
         if (grp.shard() == 0) continue;
         if (!from_store_) {
             const mem::Topology *topo = grp.node >= 0 ? &ex.topology() : nullptr;
-            KT_TRY(mem::WeightStorage::allocate(grp.gate_stride * static_cast<size_t>(E), topo, grp.node, &grp.gate_w));
-            KT_TRY(mem::WeightStorage::allocate(grp.up_stride * static_cast<size_t>(E), topo, grp.node, &grp.up_w));
-            KT_TRY(mem::WeightStorage::allocate(grp.down_stride * static_cast<size_t>(E), topo, grp.node, &grp.down_w));
+            for (int p = 0; p < kProjections; ++p)
+                KT_TRY(mem::WeightStorage::allocate(grp.stride[p] * static_cast<size_t>(E), topo, grp.node, &grp.weights[p]));
         }
-        info_.placement[g] = from_store_ ? "mapped" : mem::placement_name(grp.gate_w.placement());
+        info_.placement[g] = from_store_ ? "mapped" : mem::placement_name(grp.weights[kGateProj].placement());
     }
-    info_.gate_type = cpu::packed_type_info(first->gate_l.type).name;
-    info_.up_type = cpu::packed_type_info(first->up_l.type).name;
-    info_.down_type = cpu::packed_type_info(first->down_l.type).name;
+    const PackedLayout &gate_l = first->layout[kGateProj], &up_l = first->layout[kUpProj], &down_l = first->layout[kDownProj];
+    info_.gate_type = cpu::packed_type_info(gate_l.type).name;
+    info_.up_type = cpu::packed_type_info(up_l.type).name;
+    info_.down_type = cpu::packed_type_info(down_l.type).name;
     info_.expert_bytes = info_.weight_bytes / static_cast<uint64_t>(E);
     info_.shard_begin.push_back(I);
 
     // The input's activation buffers (one quantization shared by gate and up when their formats agree).
-    gate_up_int_ = first->gate_l.type != cpu::PackedType::kBf16;
-    down_int_ = first->down_l.type != cpu::PackedType::kBf16;
-    x_ld_ = std::max(first->gate_l.kp, first->up_l.kp);
+    gate_up_int_ = gate_l.type != cpu::PackedType::kBf16;
+    down_int_ = down_l.type != cpu::PackedType::kBf16;
+    x_ld_ = std::max(gate_l.kp, up_l.kp);
     const size_t tokens = static_cast<size_t>(config_.max_tokens);
     need.xq = (gate_up_int_ ? 1 : 2) * tokens * static_cast<size_t>(x_ld_);
     if (gate_up_int_) {
-        gate_spec_ = cpu::quant_spec(first->gate_l);
-        up_spec_ = cpu::quant_spec(first->up_l);
+        gate_spec_ = cpu::quant_spec(gate_l);
+        up_spec_ = cpu::quant_spec(up_l);
         separate_up_sums_ = !(up_spec_ == gate_spec_);
         sums_gate_ld_ = cpu::quant_sums_per_row(gate_spec_, H);
         sums_up_ld_ = cpu::quant_sums_per_row(up_spec_, H);
@@ -451,19 +454,13 @@ Status ExpertPool::pack_experts(const MatrixSource &gate, const MatrixSource &up
                 if (item >= 3 * n) return;
                 const int64_t j = item / 3, e = first_expert + j;  // j: the expert's index in the sources
                 Status s;
-                switch (item % 3) {
-                    case 0:
-                        s = pack_slice(gate, gs, j * I + grp.i_begin, 0, grp.gate_l, 0, grp.gate_l.panels,
-                                       grp.gate_w.writable() + e * grp.gate_stride);
-                        break;
-                    case 1:
-                        s = pack_slice(up, us, j * I + grp.i_begin, 0, grp.up_l, 0, grp.up_l.panels,
-                                       grp.up_w.writable() + e * grp.up_stride);
-                        break;
-                    default:
-                        s = pack_slice(down, ds, j * H, grp.i_begin, grp.down_l, 0, grp.down_l.panels,
-                                       grp.down_w.writable() + e * grp.down_stride);
-                        break;
+                const int p = static_cast<int>(item % 3);
+                const PackedLayout &l = grp.layout[p];
+                uint8_t *dst = grp.weights[p].writable() + e * grp.stride[p];
+                switch (p) {
+                    case kGateProj: s = pack_slice(gate, gs, j * I + grp.i_begin, 0, l, 0, l.panels, dst); break;
+                    case kUpProj: s = pack_slice(up, us, j * I + grp.i_begin, 0, l, 0, l.panels, dst); break;
+                    default: s = pack_slice(down, ds, j * H, grp.i_begin, l, 0, l.panels, dst); break;
                 }
                 if (!s.is_ok()) {
                     std::lock_guard<std::mutex> l(err_mutex);
@@ -669,7 +666,7 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
     if (down_int_ && shards_ > 1) ex.pool().barrier();
     if (shard > 0) {
         // 3b. h quantized once per (token, slot) row for the down projection.
-        const int64_t dkp = grp.down_l.kp;
+        const int64_t dkp = grp.layout[kDownProj].kp;
         for (;;) {
             const int64_t s0 = eg.hq_next.next.fetch_add(kRowChunk, std::memory_order_relaxed);
             if (s0 >= sc.n_slots) break;

@@ -54,6 +54,17 @@ struct HybridStats {
     // Of the last call (for tests): the two intervals on the monotonic_ns clock.
     moe::JobTimes last_cpu;
     device::Interval last_device;
+
+    // Adds another layer's totals (the last call's intervals stay this one's: they are not totals).
+    void add(const HybridStats &o) {
+        calls += o.calls;
+        cpu_ns += o.cpu_ns;
+        device_ns += o.device_ns;
+        overlap_ns += o.overlap_ns;
+        wall_ns += o.wall_ns;
+        cpu_rows += o.cpu_rows;
+        device_rows += o.device_rows;
+    }
 };
 
 class HybridFfn final : public ops::ExpertFfn {

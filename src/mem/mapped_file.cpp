@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <vector>
 
 namespace kt::mem {
 namespace {
@@ -156,6 +157,18 @@ void MappedFile::will_need(uint64_t offset, uint64_t length) const {
     const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
     const uint64_t first = offset / page * page;
     (void)madvise(const_cast<uint8_t *>(data_) + first, offset + length - first, MADV_WILLNEED);
+}
+
+bool MappedFile::resident(uint64_t offset, uint64_t length) const {
+    if (!mapped_ || offset >= size_) return false;
+    if (length > size_ - offset) length = size_ - offset;
+    const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    const uint64_t first = offset / page * page;
+    std::vector<unsigned char> pages(static_cast<size_t>((offset + length - first + page - 1) / page));
+    if (mincore(const_cast<uint8_t *>(data_) + first, offset + length - first, pages.data()) != 0) return false;
+    for (unsigned char p : pages)
+        if (!(p & 1)) return false;
+    return true;
 }
 
 bool MappedFile::populate(uint64_t offset, uint64_t length) const {

@@ -47,6 +47,9 @@ public:
     // from disk first where needed): far cheaper than faulting them in one by one. False where the kernel cannot
     // (before Linux 5.14); the pages then come in on first touch as usual.
     bool populate(uint64_t offset, uint64_t length) const;
+    // Whether every page of [offset, offset + length) is in the page cache now (mincore), so that touching it costs
+    // no disk read. False when unknown (not mapped, or the call fails).
+    bool resident(uint64_t offset, uint64_t length) const;
 
     // Gives back the resident pages wholly inside [begin, begin + length) once their bytes have been copied out
     // (repacked at load), so that a model does not hold its packed copy and the mapping side by side. Pages only

@@ -455,12 +455,12 @@ Status ExpertPool::pack_experts(const MatrixSource &gate, const MatrixSource &up
                 const int64_t j = item / 3, e = first_expert + j;  // j: the expert's index in the sources
                 Status s;
                 const int p = static_cast<int>(item % 3);
-                const PackedLayout &l = grp.layout[p];
+                const PackedLayout &layout = grp.layout[p];
                 uint8_t *dst = grp.weights[p].writable() + e * grp.stride[p];
                 switch (p) {
-                    case kGateProj: s = pack_slice(gate, gs, j * I + grp.i_begin, 0, l, 0, l.panels, dst); break;
-                    case kUpProj: s = pack_slice(up, us, j * I + grp.i_begin, 0, l, 0, l.panels, dst); break;
-                    default: s = pack_slice(down, ds, j * H, grp.i_begin, l, 0, l.panels, dst); break;
+                    case kGateProj: s = pack_slice(gate, gs, j * I + grp.i_begin, 0, layout, 0, layout.panels, dst); break;
+                    case kUpProj: s = pack_slice(up, us, j * I + grp.i_begin, 0, layout, 0, layout.panels, dst); break;
+                    default: s = pack_slice(down, ds, j * H, grp.i_begin, layout, 0, layout.panels, dst); break;
                 }
                 if (!s.is_ok()) {
                     std::lock_guard<std::mutex> l(err_mutex);

@@ -75,6 +75,29 @@ inline uint64_t mix(uint64_t h) {
     return h;
 }
 
+// PackCache::hash fed in parts: blocks() any number of times with whole 32-byte blocks, then finish() once with
+// the rest. The same bytes give the same hash however they are cut, so a piece can be hashed as it is read.
+class StreamingHash {
+public:
+    explicit StreamingHash(uint64_t seed) : v_{seed + kMulA + kMulB, seed + kMulB, seed, seed - kMulA} {}
+    void blocks(const uint8_t *data, uint64_t bytes) {  // bytes: a multiple of 32
+        for (uint64_t i = 0; i < bytes; i += 32)
+            for (int lane = 0; lane < 4; ++lane) v_[lane] = rotl(v_[lane] + load64(data + i + 8 * lane) * kMulB, 31) * kMulA;
+        bytes_ += bytes;
+    }
+    uint64_t finish(const uint8_t *tail, uint64_t n) const {  // n < 32
+        uint64_t h = rotl(v_[0], 1) + rotl(v_[1], 7) + rotl(v_[2], 12) + rotl(v_[3], 18) + (bytes_ + n) * kMulC;
+        uint64_t i = 0;
+        for (; i + 8 <= n; i += 8) h = rotl(h ^ (load64(tail + i) * kMulB), 27) * kMulA + kMulC;
+        for (; i < n; ++i) h = rotl(h ^ (tail[i] * kMulC), 11) * kMulA;
+        return mix(h);
+    }
+
+private:
+    uint64_t v_[4];
+    uint64_t bytes_ = 0;
+};
+
 // Identity of the source file: its tensor data sampled at kSourceSamples places (read with pread, so that the
 // model's own mapping is not touched), and the hash of those bytes.
 Status sample_source(const std::string &path, uint64_t data_offset, uint64_t size, uint64_t *out) {
@@ -135,14 +158,54 @@ const char *part_name(int32_t part) {
 // Buffers are hashed in pieces of this size, each piece by itself (seeded with its index), and a buffer's hash is
 // the hash of its pieces' hashes: pieces hash in parallel, and progress is reported between them.
 constexpr uint64_t kCheckStep = 16ull << 20;
+// A piece not yet in the page cache is read with pread in steps of this size, each hashed while it is still in the
+// CPU's cache (a multiple of 32: StreamingHash's block).
+constexpr uint64_t kReadStep = 1ull << 20;
+
+// Reads [offset, offset + len) of `fd` in kReadStep steps into `buffer`, and hashes it as PackCache::hash(...,
+// seed) would. False when the file cannot be read there (the caller then hashes through the mapping).
+bool read_and_hash(int fd, uint64_t offset, uint64_t len, uint64_t seed, std::vector<uint8_t> *buffer, uint64_t *out) {
+    StreamingHash h(seed);
+    buffer->resize(kReadStep);
+    for (uint64_t done = 0;;) {  // every step but the last is kReadStep, so only the last leaves a tail
+        const uint64_t want = std::min(kReadStep, len - done);
+        for (uint64_t got = 0; got < want;) {
+            const ssize_t n = pread(fd, buffer->data() + got, want - got, static_cast<off_t>(offset + done + got));
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) return false;
+            got += static_cast<uint64_t>(n);
+        }
+        done += want;
+        const uint64_t whole = want / 32 * 32;
+        h.blocks(buffer->data(), whole);
+        if (done == len) {
+            *out = h.finish(buffer->data() + whole, want - whole);
+            return true;
+        }
+    }
+}
+
+// Whether a piece of the mapping is in the page cache, judged by kResidencySamples pages spread over it (asking
+// for each of a 16 MiB piece's 4,096 pages cost a tenth of a warm check). A piece judged wrongly is still hashed
+// right, only through the slower path.
+constexpr int kResidencySamples = 8;
+bool looks_resident(const mem::MappedFile &mapping, uint64_t offset, uint64_t len) {
+    for (int k = 0; k < kResidencySamples; ++k)
+        if (!mapping.resident(offset + len * static_cast<uint64_t>(2 * k + 1) / (2 * kResidencySamples), 1)) return false;
+    return true;
+}
 
 }  // namespace
 
 // The hash of each buffer (data[i], bytes[i]) as the table stores it, computed on up to `threads` threads (the
 // calling one included, which alone reports progress: bytes hashed, bytes in all). False when progress cancelled.
-// With `mapping` (the buffers lie in it), each piece's pages are mapped in one call before it is hashed.
+// With `mapping` (the buffers lie in it; `path` is the file it maps), a piece whose pages are all in the page cache
+// is mapped in one call and hashed in place; any other is read from `path` with pread and hashed as it arrives, then
+// mapped. On a cold cache that is what makes the check cost one streaming read of the file: faulting a mapping in,
+// even with MADV_WILLNEED ahead, read this disk at half the rate (bench/results/load.md, run 3).
 static bool hash_buffers(const std::vector<const uint8_t *> &data, const std::vector<uint64_t> &bytes, int threads,
-                         const PackCache::Progress &progress, const mem::MappedFile *mapping, std::vector<uint64_t> *out) {
+                         const PackCache::Progress &progress, const mem::MappedFile *mapping, const char *path,
+                         std::vector<uint64_t> *out) {
     struct Piece {
         size_t buffer;
         uint64_t at, len;
@@ -162,25 +225,39 @@ static bool hash_buffers(const std::vector<const uint8_t *> &data, const std::ve
     if (mapping)
         for (size_t i = 0; i < std::min(kReadAhead, pieces.size()); ++i)
             mapping->will_need(static_cast<uint64_t>(data[pieces[i].buffer] + pieces[i].at - mapping->data()), pieces[i].len);
+    // Without a file to read (or one that will not open), every piece goes through the mapping. Read in order by
+    // all threads at once: the kernel's readahead for the file is then doubled.
+    const int fd = mapping && path ? ::open(path, O_RDONLY | O_CLOEXEC) : -1;
+    if (fd >= 0) (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     std::atomic<size_t> next{0};
     std::atomic<uint64_t> done{0};
     std::atomic<bool> cancelled{false};
     auto work = [&](bool report) {
+        std::vector<uint8_t> buffer;
         for (;;) {
             if (cancelled.load(std::memory_order_relaxed)) return;
             const size_t i = next.fetch_add(1, std::memory_order_relaxed);
             if (i >= pieces.size()) return;
             const Piece &p = pieces[i];
-            if (mapping) {
-                // Reads kReadAhead pieces ahead start now (on a cold page cache the disk then works while this
-                // piece is hashed), then this piece's pages are mapped in one call.
-                if (i + kReadAhead < pieces.size()) {
-                    const Piece &q = pieces[i + kReadAhead];
-                    mapping->will_need(static_cast<uint64_t>(data[q.buffer] + q.at - mapping->data()), q.len);
+            const uint64_t seed = i - first[p.buffer];
+            if (!mapping) {
+                piece_hash[i] = PackCache::hash(data[p.buffer] + p.at, p.len, seed);
+            } else {
+                const uint64_t offset = static_cast<uint64_t>(data[p.buffer] + p.at - mapping->data());
+                if (fd >= 0 && !looks_resident(*mapping, offset, p.len) &&
+                    read_and_hash(fd, offset, p.len, seed, &buffer, &piece_hash[i])) {
+                    (void)mapping->populate(offset, p.len);  // in the page cache now: this only maps the pages
+                } else {
+                    // Reads kReadAhead pieces ahead start now (on a cold page cache the disk then works while this
+                    // piece is hashed), then this piece's pages are mapped in one call.
+                    if (i + kReadAhead < pieces.size()) {
+                        const Piece &q = pieces[i + kReadAhead];
+                        mapping->will_need(static_cast<uint64_t>(data[q.buffer] + q.at - mapping->data()), q.len);
+                    }
+                    (void)mapping->populate(offset, p.len);
+                    piece_hash[i] = PackCache::hash(data[p.buffer] + p.at, p.len, seed);
                 }
-                (void)mapping->populate(static_cast<uint64_t>(data[p.buffer] + p.at - mapping->data()), p.len);
             }
-            piece_hash[i] = PackCache::hash(data[p.buffer] + p.at, p.len, i - first[p.buffer]);
             const uint64_t d = done.fetch_add(p.len, std::memory_order_relaxed) + p.len;
             if (report && progress && !progress(d, total)) cancelled.store(true, std::memory_order_relaxed);
         }
@@ -195,6 +272,7 @@ static bool hash_buffers(const std::vector<const uint8_t *> &data, const std::ve
     }
     work(true);
     for (std::thread &h : helpers) h.join();
+    if (fd >= 0) ::close(fd);
     if (cancelled.load()) return false;
     out->resize(data.size());
     for (size_t b = 0; b < data.size(); ++b)
@@ -214,18 +292,10 @@ int hash_threads() {
 }  // namespace
 
 uint64_t PackCache::hash(const uint8_t *data, uint64_t bytes, uint64_t seed) {
-    uint64_t v0 = seed + kMulA + kMulB, v1 = seed + kMulB, v2 = seed, v3 = seed - kMulA;
-    uint64_t i = 0;
-    for (; i + 32 <= bytes; i += 32) {
-        v0 = rotl(v0 + load64(data + i) * kMulB, 31) * kMulA;
-        v1 = rotl(v1 + load64(data + i + 8) * kMulB, 31) * kMulA;
-        v2 = rotl(v2 + load64(data + i + 16) * kMulB, 31) * kMulA;
-        v3 = rotl(v3 + load64(data + i + 24) * kMulB, 31) * kMulA;
-    }
-    uint64_t h = rotl(v0, 1) + rotl(v1, 7) + rotl(v2, 12) + rotl(v3, 18) + bytes * kMulC;
-    for (; i + 8 <= bytes; i += 8) h = rotl(h ^ (load64(data + i) * kMulB), 27) * kMulA + kMulC;
-    for (; i < bytes; ++i) h = rotl(h ^ (data[i] * kMulC), 11) * kMulA;
-    return mix(h);
+    StreamingHash h(seed);
+    const uint64_t whole = bytes / 32 * 32;
+    h.blocks(data, whole);
+    return h.finish(data + whole, bytes - whole);
 }
 
 std::string default_pack_cache_path(const std::string &model_path) { return model_path + ".ktpack"; }
@@ -388,7 +458,7 @@ Status PackCache::check(const gguf::File &source, const Progress &progress) {
         data.push_back(f + en.offset);
         bytes.push_back(en.desc.bytes());
     }
-    KT_RETURN_IF(!hash_buffers(data, bytes, hash_threads(), progress, mapped.get(), &hashes), KT_STATUS_CANCELLED,
+    KT_RETURN_IF(!hash_buffers(data, bytes, hash_threads(), progress, mapped.get(), path_.c_str(), &hashes), KT_STATUS_CANCELLED,
                  "loading cancelled");
     for (size_t i = 0; i < entries.size(); ++i)
         KT_RETURN_IF(hashes[i] != entries[i].hash, KT_STATUS_INVALID_FILE,
@@ -487,7 +557,7 @@ Status PackCache::write_file(std::string *written) {
         data.push_back(k.data);
         sizes.push_back(k.desc.bytes());
     }
-    hash_buffers(data, sizes, hash_threads(), nullptr, nullptr, &hashes);
+    hash_buffers(data, sizes, hash_threads(), nullptr, nullptr, nullptr, &hashes);
     for (uint64_t i = 0; i < n; ++i) {
         const Kept &k = kept_[static_cast<size_t>(i)];
         const moe::PackedBufferDesc &d = k.desc;

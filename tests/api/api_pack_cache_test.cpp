@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kt.h"
+#include "mem/mapped_file.h"
 #include "runtime/pack_cache.h"
 #include "support/test_support.h"
 #include "support/tiny_model.h"
@@ -175,6 +176,28 @@ TEST_CASE("pack cache: the first load writes it, the next maps it, with the logi
     CHECK(contains(second.log, ": used"));
     CHECK_FALSE(contains(second.log, "written"));
     CHECK(second.logits == fx.reference);  // bit for bit: the same packed bytes, mapped instead of packed
+
+    SECTION("evicted from the page cache: its pieces are read with pread, hashed as they arrive, and it is used") {
+        // The check reads cold pieces with pread and warm ones through the mapping (runtime/pack_cache.cpp,
+        // hash_buffers); both must give the hashes the writer computed from the packed buffers in memory.
+        const int fd = open(fx.cache.c_str(), O_RDONLY);
+        REQUIRE(fd >= 0);
+        REQUIRE(fdatasync(fd) == 0);
+        REQUIRE(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0);
+        close(fd);
+        kt::mem::MappedFile probe;
+        REQUIRE(kt::mem::MappedFile::open_shared(fx.cache, &probe).is_ok());
+        const bool evicted = !probe.resident(0, probe.size());
+        probe = kt::mem::MappedFile();
+        if (!evicted) {
+            WARN("the file system kept the cache's pages resident (tmpfs?): the cold path was not exercised");
+        } else {
+            const Loaded cold = load_and_run(fx.model, true);
+            INFO(cold.log);
+            CHECK(contains(cold.log, ": used"));
+            CHECK(cold.logits == fx.reference);
+        }
+    }
 
     SECTION("a path of the caller's choice") {
         const std::string other = fx.dir.file("elsewhere.ktpack");

@@ -199,9 +199,9 @@ bool looks_resident(const mem::MappedFile &mapping, uint64_t offset, uint64_t le
 
 // The hash of each buffer (data[i], bytes[i]) as the table stores it, computed on up to `threads` threads (the
 // calling one included, which alone reports progress: bytes hashed, bytes in all). False when progress cancelled.
-// With `mapping` (the buffers lie in it; `path` is the file it maps), a piece whose pages are all in the page cache
-// is mapped in one call and hashed in place; any other is read from `path` with pread and hashed as it arrives, then
-// mapped. On a cold cache that is what makes the check cost one streaming read of the file: faulting a mapping in,
+// With `mapping` (the buffers lie in it; `path` is the file it maps), a piece that looks resident (looks_resident:
+// sampled pages in the page cache) is mapped in one call and hashed in place; any other is read from `path` with
+// pread and hashed as it arrives, then mapped. On a cold cache that is what makes the check cost one streaming read of the file: faulting a mapping in,
 // even with MADV_WILLNEED ahead, read this disk at half the rate (bench/results/load.md, run 3).
 static bool hash_buffers(const std::vector<const uint8_t *> &data, const std::vector<uint64_t> &bytes, int threads,
                          const PackCache::Progress &progress, const mem::MappedFile *mapping, const char *path,
@@ -225,8 +225,8 @@ static bool hash_buffers(const std::vector<const uint8_t *> &data, const std::ve
     if (mapping)
         for (size_t i = 0; i < std::min(kReadAhead, pieces.size()); ++i)
             mapping->will_need(static_cast<uint64_t>(data[pieces[i].buffer] + pieces[i].at - mapping->data()), pieces[i].len);
-    // Without a file to read (or one that will not open), every piece goes through the mapping. Read in order by
-    // all threads at once: the kernel's readahead for the file is then doubled.
+    // Without a file to read (or one that will not open), every piece goes through the mapping. The threads read
+    // the pieces in file order, so the file is marked sequential (POSIX_FADV_SEQUENTIAL doubles its readahead).
     const int fd = mapping && path ? ::open(path, O_RDONLY | O_CLOEXEC) : -1;
     if (fd >= 0) (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     std::atomic<size_t> next{0};

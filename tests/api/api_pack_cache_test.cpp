@@ -122,6 +122,11 @@ uint64_t get_u64(const std::vector<uint8_t> &b, uint64_t at) {
     for (int i = 7; i >= 0; --i) v = (v << 8) | b[at + static_cast<uint64_t>(i)];
     return v;
 }
+uint32_t get_u32(const std::vector<uint8_t> &b, uint64_t at) {
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; --i) v = (v << 8) | b[at + static_cast<uint64_t>(i)];
+    return v;
+}
 void put_u32(std::vector<uint8_t> *b, uint64_t at, uint32_t v) {
     for (int i = 0; i < 4; ++i) (*b)[at + static_cast<uint64_t>(i)] = static_cast<uint8_t>(v >> (8 * i));
 }
@@ -283,14 +288,18 @@ TEST_CASE("pack cache: a foreign, stale or damaged cache is refused with its rea
         put_u32(b, PackCache::kHdrLayoutVersion, 99);
         reseal_header(b);
     });
-    add("another kernel set (an AMX host's)", "kernel set", [](std::vector<uint8_t> *b) {
-        std::memset(b->data() + PackCache::kHdrKernelSet, 0, PackCache::kKernelSetBytes);
-        std::memcpy(b->data() + PackCache::kHdrKernelSet, "amx", 3);
-        put_u32(b, PackCache::kHdrIsa, 3);
-        reseal_header(b);
-    });
+    // Another host's kernel set: an AMX host's cache on any other host, and an AVX-512 host's on an AMX host.
+    const bool on_amx = std::memcmp(good.data() + PackCache::kHdrKernelSet, "amx", 4) == 0;
+    add(on_amx ? "another kernel set (an AVX-512 host's)" : "another kernel set (an AMX host's)", "kernel set",
+        [on_amx](std::vector<uint8_t> *b) {
+            const char *other = on_amx ? "avx512" : "amx";
+            std::memset(b->data() + PackCache::kHdrKernelSet, 0, PackCache::kKernelSetBytes);
+            std::memcpy(b->data() + PackCache::kHdrKernelSet, other, std::strlen(other));
+            put_u32(b, PackCache::kHdrIsa, on_amx ? 2 : 3);
+            reseal_header(b);
+        });
     add("another ISA level", "kernel set", [](std::vector<uint8_t> *b) {
-        put_u32(b, PackCache::kHdrIsa, 2);
+        put_u32(b, PackCache::kHdrIsa, (get_u32(*b, PackCache::kHdrIsa) + 1) % 4);
         reseal_header(b);
     });
     add("other packing options", "packing options", [](std::vector<uint8_t> *b) {

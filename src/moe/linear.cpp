@@ -12,6 +12,12 @@ namespace {
 // Panels per task: enough work per hand-out, enough tasks to balance (decode GEMVs are short).
 int64_t panel_grain(int64_t panels, int threads) { return std::max<int64_t>(1, panels / (8 * std::max(threads, 1))); }
 
+// One thread's contiguous share of the panels, handed out a chunk at a time from its cursor.
+struct alignas(64) Region {
+    std::atomic<int64_t> next{0};
+    int64_t end = 0;
+};
+
 }  // namespace
 
 Status PackedLinear::create(const MatrixSource &w, TargetFormat format, const float *bias, const cpu::KernelSet &kernels,
@@ -99,26 +105,41 @@ Status PackedLinear::forward(const float *x, int64_t n_tokens, float *y, int64_t
     }
     // Every call of this forward reads the same rows: the AMX set keeps its gathered copy on each thread.
     acts.rows_id = cpu::new_rows_ids(1);
-    // Panel chunks are handed out dynamically; each thread brackets all of its AMX calls with one tile session.
+    // Each thread walks its own contiguous region of panels, a chunk at a time, and prefetches its next chunk while
+    // it computes one: a decode GEMV is one weight stream per thread. A single shared counter interleaved the
+    // threads' chunks, so the kernel's prefetch of "the next panel" fetched the other thread's, and a one-panel
+    // chunk (a K or V projection) streamed with no software prefetch at all. A thread done with its region takes
+    // the remaining chunks of the others, so a slow thread still does not hold up the call. Each thread brackets
+    // all of its AMX calls with one tile session.
     const int64_t panels = matrix_.layout.panels;
-    const int64_t grain = panel_grain(panels, pool ? pool->size() : 1);
-    std::atomic<int64_t> next{0};
-    auto work = [&](int) {
+    const int threads = pool && panels > 1 ? pool->size() : 1;
+    const int64_t grain = panel_grain(panels, threads);
+    std::vector<Region> regions(static_cast<size_t>(threads));
+    for (int t = 0; t < threads; ++t) {
+        regions[static_cast<size_t>(t)].next.store(panels * t / threads, std::memory_order_relaxed);
+        regions[static_cast<size_t>(t)].end = panels * (t + 1) / threads;
+    }
+    auto work = [&](int thread) {
         cpu::amx::TileSession session;
         cpu::GemmActs a = acts;
         if (ks.level == cpu::IsaLevel::kAmx) a.tile_session = &session;
-        for (;;) {
-            const int64_t p0 = next.fetch_add(grain, std::memory_order_relaxed);
-            if (p0 >= panels) break;
-            const int64_t n0 = p0 * cpu::kPanel, n1 = std::min((p0 + grain) * cpu::kPanel, N);
-            cpu::gemm(ks, matrix_, a, n_tokens, n0, n1, y + n0, ldy);
-            if (!bias_.empty())
-                for (int64_t t = 0; t < n_tokens; ++t)
-                    for (int64_t n = n0; n < n1; ++n) y[t * ldy + n] += bias_[static_cast<size_t>(n)];
+        for (int i = 0; i < threads; ++i) {
+            Region &r = regions[static_cast<size_t>((thread + i) % threads)];
+            for (;;) {
+                const int64_t p0 = r.next.fetch_add(grain, std::memory_order_relaxed);
+                if (p0 >= r.end) break;
+                const int64_t p1 = std::min(p0 + grain, r.end);
+                a.prefetch_next = p1 < r.end ? matrix_.tile(p1, 0, 0) : nullptr;
+                const int64_t n0 = p0 * cpu::kPanel, n1 = std::min(p1 * cpu::kPanel, N);
+                cpu::gemm(ks, matrix_, a, n_tokens, n0, n1, y + n0, ldy);
+                if (!bias_.empty())
+                    for (int64_t t = 0; t < n_tokens; ++t)
+                        for (int64_t n = n0; n < n1; ++n) y[t * ldy + n] += bias_[static_cast<size_t>(n)];
+            }
         }
         (void)session.end();  // a no-op unless AMX ran on this thread
     };
-    if (pool && panels > grain) return pool->run(work);
+    if (threads > 1) return pool->run(work);
     work(0);
     return Status::ok();
 }

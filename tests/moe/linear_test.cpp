@@ -102,3 +102,36 @@ TEST_CASE("packed linear: every weight type kt reads, with tails, bias and threa
         }
     }
 }
+
+TEST_CASE("packed linear: each thread's region of panels, and the chunks taken from others, cover every column once") {
+    // 1000 columns = 32 panels (the last partial): with 2 and 3 threads the regions are 16 + 16 and 10 + 11 + 11
+    // panels, handed out in chunks of one or two. A panel skipped keeps the fill value; one computed twice adds
+    // its bias twice. Every panel's arithmetic is the same whichever thread runs it, so the results are identical.
+    const cpu::KernelSet &ks = cpu::best_kernel_set(cpu::kernel_level());
+    const int64_t n = 1000, k = 256;
+    const std::vector<uint8_t> bytes = test::random_gguf_rows(KT_TYPE_Q4_K, n, k, 41);
+    moe::MatrixSource src;
+    REQUIRE(moe::make_source(KT_TYPE_Q4_K, bytes.data(), n, k, &src).is_ok());
+    const std::vector<float> bias = test::random_normal(static_cast<size_t>(n), 42);
+    std::unique_ptr<moe::PackedLinear> lin;
+    REQUIRE(moe::PackedLinear::create(src, moe::TargetFormat::kAsSource, bias.data(), ks, nullptr, &lin).is_ok());
+    for (int64_t T : {1, 4}) {
+        const std::vector<float> x = test::random_normal(static_cast<size_t>(T * k), 43 + T);
+        moe::PackedLinear::Workspace ws;
+        std::vector<float> serial(static_cast<size_t>(T * n), 1234.5f);
+        REQUIRE(lin->forward(x.data(), T, serial.data(), n, &ws, nullptr).is_ok());
+        for (float v : serial) REQUIRE(v != 1234.5f);
+        for (int threads : {2, 3}) {
+            INFO(T << " tokens, " << threads << " threads");
+            ThreadPoolOptions po;
+            po.n_threads = threads;
+            std::unique_ptr<ThreadPool> pool;
+            REQUIRE(ThreadPool::create(po, &pool).is_ok());
+            for (int rep = 0; rep < 20; ++rep) {
+                std::vector<float> y(static_cast<size_t>(T * n), 1234.5f);
+                REQUIRE(lin->forward(x.data(), T, y.data(), n, &ws, pool.get()).is_ok());
+                REQUIRE(y == serial);
+            }
+        }
+    }
+}

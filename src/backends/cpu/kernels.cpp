@@ -1,6 +1,8 @@
 #include "backends/cpu/kernels.h"
 
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include "backends/cpu/amx/amx_gemm.h"
@@ -42,7 +44,20 @@ void count_gemm(const GemmActs &a, IsaLevel level, const PackedMatrix &w, int64_
     if (a.counter) a.counter->count(level, arith, macs);
 }
 
+namespace simd {
+bool g_avx512_prefetch_l2 = false;  // declared in simd_avx512.h
+}  // namespace simd
+
 namespace {
+
+// Where the AVX-512 kernels' software prefetches go (simd_avx512.h says what each choice measured): L2 only on
+// Intel cores, L1 elsewhere; KT_PREFETCH=l1 or l2 chooses.
+bool prefetch_to_l2(const CpuFeatures &f) {
+    const char *env = std::getenv("KT_PREFETCH");
+    if (env && std::strcmp(env, "l1") == 0) return false;
+    if (env && std::strcmp(env, "l2") == 0) return true;
+    return f.vendor == "GenuineIntel";
+}
 
 enum SetIndex { kScalarSet, kAvx2Set, kAvx512Set, kAvx512VnniSet, kAvx512Bf16Set, kAvx512VnniBf16Set, kAmxSet, kSetCount };
 
@@ -75,6 +90,7 @@ const Sets &all_sets() {
         }
 
         const bool avx512 = static_cast<int>(host) >= static_cast<int>(IsaLevel::kAvx512);
+        simd::g_avx512_prefetch_l2 = prefetch_to_l2(f);
         const char *names[4] = {"avx512", "avx512-vnni", "avx512-bf16", "avx512-vnni-bf16"};
         for (int v = 0; v < 4; ++v) {
             const bool vnni = v & 1, bf16 = v & 2;

@@ -12,6 +12,10 @@
 
 namespace kt::cpu::simd {
 
+// Whether the AVX-512 kernels prefetch into L2 only (true) or into L1 (false): see Avx512::prefetch. Written once,
+// while kernels.cpp builds the kernel sets, before any kernel can run; KT_PREFETCH=l1 or l2 overrides the choice.
+extern bool g_avx512_prefetch_l2;
+
 template <bool kVnni, bool kBf16>
 struct Avx512 {
     static constexpr int kW = 16;  // int32 / fp32 lanes; one vector = one 64-byte tile row = 16 columns
@@ -175,11 +179,18 @@ struct Avx512 {
                                    _mm512_castsi512_ps(_mm512_slli_epi32(a, 16)), acc);
         }
     }
-    // Brings the cache line at p into L1 (and L2) ahead of use. Into L1 rather than L2 only: a streaming GEMV with
-    // one token (bench_gemm BM_gemv_stream, one Zen 5 core) went from 34 to 42 GB/s for INT4, 40 to 41 for Q4_K,
-    // 36.5 to 37.7 for Q6_K, with prefill rates unchanged (BM_gemm_stream, 64 tokens); the AVX2 kernels are
-    // compute-bound at these rates and gained nothing, so they keep T1.
-    static void prefetch(const void *p) { _mm_prefetch(static_cast<const char *>(p), _MM_HINT_T0); }
+    // Brings the cache line at p into L1 (and L2) ahead of use, or into L2 only where that streams faster
+    // (g_avx512_prefetch_l2). Zen 5, one core, one-token GEMV (bench_gemm BM_gemv_stream): into L1 went from 34 to
+    // 42 GB/s for INT4, 40 to 41 for Q4_K, 36.5 to 37.7 for Q6_K, with prefill rates unchanged. An Intel Xeon with
+    // AMX, 2 threads, one-token expert pool (kt-expert-bench, bench/results/amx_quiet.md): into L2 went from 72 to
+    // 76 % of the read bandwidth for Q4_K, 69 to 82 % for INT4, 83 to 87 % for Q8_0, 86 to 91 % for INT8 (there
+    // an L1 prefetch holds one of the core's few L1 miss buffers, which the demand loads need).
+    static void prefetch(const void *p) {
+        if (g_avx512_prefetch_l2)
+            _mm_prefetch(static_cast<const char *>(p), _MM_HINT_T1);
+        else
+            _mm_prefetch(static_cast<const char *>(p), _MM_HINT_T0);
+    }
 };
 
 }  // namespace kt::cpu::simd

@@ -25,6 +25,14 @@ namespace {
 // of a phase leave threads idle for a small share of it.
 constexpr int64_t kMaxBlock = 256;
 constexpr int64_t kTasksPerThread = 8;
+// Except in the down projection of a streaming job (decode: fewer than kStreamingRowsPerExpert rows per active
+// expert on average, so its GEMMs are weight streams). A down task reads its block of H columns from every active
+// expert, one stream each, so there the length of the streams pays more than finer balance: with 2 tasks per
+// thread instead of 8, kt-expert-bench on the AMX host (Qwen3 shapes, 2 threads, one token, median of 3
+// alternating runs) read Q4_K at 76 -> 79 %, INT4 at 73 -> 82 %, Q6_K at 81 -> 84 % of the bandwidth. Prefill keeps
+// 8: there INT8 at 2048 tokens lost 13 % with 2.
+constexpr int64_t kStreamingDownTasksPerThread = 2;
+constexpr int64_t kStreamingRowsPerExpert = 4;
 // Tokens per GEMM call inside a task: bounds the task's fp32 scratch (kTokenChunk x block floats per matrix). 128:
 // the AMX kernels do per-call work (gathering rows, unpacking each GGUF panel) that 128 rows (four 32-row tile
 // blocks) share, where 64 left an expert of 2048 routed tokens (Qwen3: ~128 rows) with two calls per block.
@@ -36,10 +44,11 @@ constexpr int64_t kMergeChunk = 1024;
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-// The largest block (a multiple of 32, at most kMaxBlock) that still cuts `extent` x `count` into enough tasks.
-int64_t task_block(int64_t extent, int64_t count, int threads) {
+// The largest block (a multiple of 32, at most kMaxBlock) that still cuts `extent` x `count` into tasks_per_thread
+// tasks per thread.
+int64_t task_block(int64_t extent, int64_t count, int threads, int64_t tasks_per_thread = kTasksPerThread) {
     int64_t block = kMaxBlock;
-    while (block > cpu::kPanel && count * ((extent + block - 1) / block) < kTasksPerThread * threads) block /= 2;
+    while (block > cpu::kPanel && count * ((extent + block - 1) / block) < tasks_per_thread * threads) block /= 2;
     return block;
 }
 
@@ -525,7 +534,8 @@ void ExpertPool::execute_forward(Executor &ex, Job &job) {
         eg.down_next.next.store(0, std::memory_order_relaxed);
         const int64_t shard = groups_[static_cast<size_t>(g)]->shard();
         eg.i_block = task_block(shard, sc.n_active, eg.threads());
-        eg.h_block = task_block(config_.hidden, 1, eg.threads());
+        const bool streaming = sc.n_slots < kStreamingRowsPerExpert * sc.n_active;
+        eg.h_block = task_block(config_.hidden, 1, eg.threads(), streaming ? kStreamingDownTasksPerThread : kTasksPerThread);
     }
     const int64_t start = trace_ ? monotonic_ns() : 0;
     job.status = ex.pool().run([&](int tid) { run_phases(ex, job, tid); });

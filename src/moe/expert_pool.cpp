@@ -526,6 +526,7 @@ void ExpertPool::execute_forward(Executor &ex, Job &job) {
     job_rows_id_ = cpu::new_rows_ids(2 * static_cast<uint64_t>(sc.n_slots));
     sc.x_next.next.store(0, std::memory_order_relaxed);
     sc.merge_next.next.store(0, std::memory_order_relaxed);
+    const bool streaming = sc.n_slots < kStreamingRowsPerExpert * sc.n_active;
     for (int g = 0; g < ex.groups(); ++g) {
         Executor::Group &eg = ex.group(g);
         eg.gate_up_next.next.store(0, std::memory_order_relaxed);
@@ -534,7 +535,6 @@ void ExpertPool::execute_forward(Executor &ex, Job &job) {
         eg.down_next.next.store(0, std::memory_order_relaxed);
         const int64_t shard = groups_[static_cast<size_t>(g)]->shard();
         eg.i_block = task_block(shard, sc.n_active, eg.threads());
-        const bool streaming = sc.n_slots < kStreamingRowsPerExpert * sc.n_active;
         eg.h_block = task_block(config_.hidden, 1, eg.threads(), streaming ? kStreamingDownTasksPerThread : kTasksPerThread);
     }
     const int64_t start = trace_ ? monotonic_ns() : 0;

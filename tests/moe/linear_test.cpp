@@ -105,8 +105,9 @@ TEST_CASE("packed linear: every weight type kt reads, with tails, bias and threa
 
 TEST_CASE("packed linear: each thread's region of panels, and the chunks taken from others, cover every column once") {
     // 1000 columns = 32 panels (the last partial): with 2 and 3 threads the regions are 16 + 16 and 10 + 11 + 11
-    // panels, handed out in chunks of one or two. A panel skipped keeps the fill value; one computed twice adds
-    // its bias twice. Every panel's arithmetic is the same whichever thread runs it, so the results are identical.
+    // panels, handed out in chunks of one or two. A panel skipped keeps the fill value; one computed twice shows in
+    // the GEMM counters' multiply-adds. Every panel's arithmetic is the same whichever thread runs it, so the
+    // results are identical.
     const cpu::KernelSet &ks = cpu::best_kernel_set(cpu::kernel_level());
     const int64_t n = 1000, k = 256;
     const std::vector<uint8_t> bytes = test::random_gguf_rows(KT_TYPE_Q4_K, n, k, 41);
@@ -129,7 +130,12 @@ TEST_CASE("packed linear: each thread's region of panels, and the chunks taken f
             REQUIRE(ThreadPool::create(po, &pool).is_ok());
             for (int rep = 0; rep < 20; ++rep) {
                 std::vector<float> y(static_cast<size_t>(T * n), 1234.5f);
+                const cpu::GemmCounts before = cpu::process_gemm_counts();
                 REQUIRE(lin->forward(x.data(), T, y.data(), n, &ws, pool.get()).is_ok());
+                const cpu::GemmCounts ran = cpu::process_gemm_counts() - before;
+                uint64_t macs = 0;
+                for (uint64_t m : ran.int8_macs) macs += m;
+                REQUIRE(macs == static_cast<uint64_t>(T * n * k));
                 REQUIRE(y == serial);
             }
         }

@@ -223,6 +223,15 @@ typedef struct kt_model_params {
     const uint64_t *device_expert_counts; /* NULL (default) or [n_layer][n_expert] activation counts, e.g. from
                                    kt_model_expert_counts after a calibration prompt; read during kt_model_load */
     uint64_t device_expert_counts_len;    /* elements of device_expert_counts: n_layer * n_expert (or 0) */
+    /* Added after the fields above (older callers get 0): with a device, at most this many of each token's
+       lowest-weighted CPU experts in a MoE layer are deferred: computed on the CPU while the next layer's attention
+       runs, their output added to the next MoE layer's (as KTransformers' max_deferred_experts_per_token). Each
+       token keeps at least its highest-weighted expert in its own layer, an expert some token of the batch keeps is
+       kept for all, the device's experts are never deferred, and the last MoE layer and batches of more than 512
+       tokens defer nothing. 0 (default): none; it changes the numbers (1 to 4 keep them close); negative:
+       KT_STATUS_INVALID_ARGUMENT, as is any value without a device. kt_model_device_plan counts the deferred rows. */
+    int32_t device_deferred_experts;
+    int32_t reserved2;          /* must be 0 */
 } kt_model_params;
 
 /* Devices for kt_model_params.device. */

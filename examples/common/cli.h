@@ -114,7 +114,8 @@ inline bool parse_bytes(const char *text, uint64_t *out) {
 }
 
 // The hybrid path's flags, applied to *mp: --device none|standin|cuda[:N], --device-budget BYTES,
-// --device-experts N (per MoE layer; 0 = as many as fit).
+// --device-experts N (per MoE layer; 0 = as many as fit), --device-deferred N (CPU experts per token landing one
+// MoE layer late).
 inline Flag device_flag(const std::string &flag, const char *value, kt_model_params *mp) {
     if (flag == "--device") {
         const std::string d = value;
@@ -136,6 +137,12 @@ inline Flag device_flag(const std::string &flag, const char *value, kt_model_par
         mp->device_experts = n;
         return Flag::kTaken;
     }
+    if (flag == "--device-deferred") {
+        int64_t n = 0;
+        if (!parse_int(value, &n) || n < 0 || n > INT32_MAX) return Flag::kBadValue;
+        mp->device_deferred_experts = static_cast<int32_t>(n);
+        return Flag::kTaken;
+    }
     return Flag::kNotMine;
 }
 
@@ -144,7 +151,9 @@ inline const char *device_usage() {
     return "      --device D          run the hottest experts on a device as well: none (default), standin (the\n"
            "                          CPU stand-in: placement and overlap without a GPU), cuda or cuda:N\n"
            "      --device-budget B   device memory for the experts and the work buffer (e.g. 20G)\n"
-           "      --device-experts N  experts per MoE layer on the device (default 0: as many as fit)\n";
+           "      --device-experts N  experts per MoE layer on the device (default 0: as many as fit)\n"
+           "      --device-deferred N at most N of each token's lowest-weighted CPU experts land one MoE layer\n"
+           "                          late, computed while the next layer runs (default 0; 1-4 keep the numbers close)\n";
 }
 
 // The placement (and, once the model ran, the CPU/device split) as kt_model_device_plan gives it; "" without one.

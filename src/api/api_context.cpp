@@ -86,6 +86,7 @@ Status prepared_model(kt_model *model, int32_t kernels, int32_t n_threads, std::
                 options.store = std::move(store);
                 options.device = model->device;
                 options.plan = model->device_plan;
+                options.deferred_experts = model->device_deferred_experts;
                 KT_TRY(kt::runtime::create_engine_kernels(options, &model->engine));
             }
             factory = model->engine.get();

@@ -49,11 +49,12 @@ std::string split_line(const kt_model *model) {
         if (h) sum.add(h->stats());
     }
     const int64_t shorter = std::min(sum.cpu_ns, sum.device_ns);
-    return format("split: %lld calls, rows %lld on the device / %lld on the CPU, device %.3f ms, cpu %.3f ms, "
-                  "hidden %.3f ms (%.1f %% of the shorter side), wall %.3f ms\n",
+    return format("split: %lld calls, rows %lld on the device / %lld on the CPU (%lld deferred), device %.3f ms, "
+                  "cpu %.3f ms, hidden %.3f ms (%.1f %% of the shorter side), wall %.3f ms\n",
                   static_cast<long long>(sum.calls), static_cast<long long>(sum.device_rows),
-                  static_cast<long long>(sum.cpu_rows), static_cast<double>(sum.device_ns) * 1e-6,
-                  static_cast<double>(sum.cpu_ns) * 1e-6, static_cast<double>(sum.overlap_ns) * 1e-6,
+                  static_cast<long long>(sum.cpu_rows), static_cast<long long>(sum.deferred_rows),
+                  static_cast<double>(sum.device_ns) * 1e-6, static_cast<double>(sum.cpu_ns) * 1e-6,
+                  static_cast<double>(sum.overlap_ns) * 1e-6,
                   shorter > 0 ? 100.0 * static_cast<double>(sum.overlap_ns) / static_cast<double>(shorter) : 0.0,
                   static_cast<double>(sum.wall_ns) * 1e-6);
 }
@@ -63,6 +64,12 @@ std::string split_line(const kt_model *model) {
 Status setup_device(kt_model *model, const kt_model_params &p) {
     KT_RETURN_IF(p.device != KT_DEVICE_NONE && p.device != KT_DEVICE_CPU_STANDIN && p.device != KT_DEVICE_CUDA,
                  KT_STATUS_INVALID_ARGUMENT, "kt_model_load: params.device %d is not a KT_DEVICE_*", p.device);
+    KT_RETURN_IF(p.reserved2 != 0, KT_STATUS_INVALID_ARGUMENT, "kt_model_load: params.reserved2 must be 0");
+    KT_RETURN_IF(p.device_deferred_experts < 0, KT_STATUS_INVALID_ARGUMENT,
+                 "kt_model_load: params.device_deferred_experts is negative (%d)", p.device_deferred_experts);
+    KT_RETURN_IF(p.device_deferred_experts > 0 && p.device == KT_DEVICE_NONE, KT_STATUS_INVALID_ARGUMENT,
+                 "kt_model_load: params.device_deferred_experts is %d, but no device was asked for (deferred "
+                 "experts overlap the CPU experts with the device's work)", p.device_deferred_experts);
     if (p.device == KT_DEVICE_NONE) return Status::ok();
     KT_RETURN_IF(p.device_experts < 0, KT_STATUS_INVALID_ARGUMENT, "kt_model_load: params.device_experts is negative");
     KT_RETURN_IF(p.device_index < 0, KT_STATUS_INVALID_ARGUMENT, "kt_model_load: params.device_index is negative");
@@ -107,6 +114,7 @@ Status setup_device(kt_model *model, const kt_model_params &p) {
     options.index = p.device_index;
     KT_TRY(device::create_device(options, &model->device));
     model->device_plan = std::move(plan);
+    model->device_deferred_experts = p.device_deferred_experts;
     KT_LOG_INFO_MSG("%s: device %s\n%s", model->file->source_name().c_str(), model->device->name().c_str(),
                     model->device_plan->to_string().c_str());
     return Status::ok();

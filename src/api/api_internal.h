@@ -69,6 +69,7 @@ struct kt_model {
     // factory when it is built (api_device.cpp). Null without a device.
     std::shared_ptr<kt::device::Device> device;
     std::shared_ptr<const kt::device::Plan> device_plan;
+    int32_t device_deferred_experts = 0;
     std::unique_ptr<kt::ops::KernelFactory> engine;
     std::shared_ptr<const kt::model::Model> runners[2];  // [KT_KERNELS_AUTO, KT_KERNELS_REFERENCE]
 };

@@ -40,7 +40,7 @@ struct StructSizes;
     }
 
 // Input structs (kt reads them).
-KT_STRUCT_SIZES(kt_model_params, 32, 40, 56, 96);
+KT_STRUCT_SIZES(kt_model_params, 32, 40, 56, 96, 104);
 KT_STRUCT_SIZES(kt_context_params, 48);
 KT_STRUCT_SIZES(kt_sampler_params, 48);
 KT_STRUCT_SIZES(kt_generate_params, 56);

@@ -91,7 +91,13 @@ class EngineKernels final : public ops::KernelFactory {
 public:
     EngineKernels(const EngineOptions &options, std::unique_ptr<ThreadPool> load_pool)
         : options_(options), load_pool_(std::move(load_pool)),
-          ks_(cpu::best_kernel_set(cpu::active_isa_level())), name_(std::string("expert engine (") + ks_.name + ")") {}
+          ks_(cpu::best_kernel_set(cpu::active_isa_level())), name_(std::string("expert engine (") + ks_.name + ")") {
+        if (options_.device && options_.plan && options_.deferred_experts > 0 && !options_.plan->layers.empty()) {
+            int64_t last = 0;
+            for (const device::LayerPlacement &l : options_.plan->layers) last = std::max(last, l.layer);
+            chain_ = std::make_shared<DeferredChain>(options_.deferred_experts, last);
+        }
+    }
 
     const char *name() const override { return name_.c_str(); }
 
@@ -132,7 +138,9 @@ public:
         const char *const names[3] = {gate.first.name, up.first.name, down.first.name};
         const device::LayerPlacement *placed =
             options_.device && options_.plan && gate.count > 1 ? options_.plan->find(block_of(gate.first.name)) : nullptr;
-        if (placed && !placed->experts.empty()) {
+        // With deferred experts every planned layer is hybrid, even one with no experts on the device: each MoE
+        // layer takes what the one before it deferred.
+        if (placed && (!placed->experts.empty() || chain_)) {
             KT_RETURN_IF(options.gate_bias || options.up_bias || options.down_bias || options.swiglu_limit > 0.0f ||
                              options.swiglu_alpha > 0.0f,
                          KT_STATUS_UNSUPPORTED, "%s: the device computes plain SwiGLU experts only (no biases, no clamp)",
@@ -144,7 +152,8 @@ public:
             for (int32_t e : placed->experts)
                 KT_TRY(Status(layer->upload(e, gate.at(e), up.at(e), down.at(e))).with_context(gate.first.name));
             KT_TRY(Status(pool->load(g, u, d, 0, -1, options_.store.get(), names)).with_context(gate.first.name));
-            auto hybrid = std::make_unique<HybridFfn>(std::move(pool), options_.device, std::move(layer), c.max_tokens);
+            auto hybrid = std::make_unique<HybridFfn>(std::move(pool), options_.device, std::move(layer), c.max_tokens,
+                                                      chain_, placed->layer);
             KT_TRY(hybrid->init());
             *out = std::move(hybrid);
             return Status::ok();
@@ -156,6 +165,7 @@ public:
 
 private:
     EngineOptions options_;
+    std::shared_ptr<DeferredChain> chain_;  // with options_.deferred_experts: shared by the hybrid layers
     std::unique_ptr<ThreadPool> load_pool_;
     const cpu::KernelSet &ks_;
     std::string name_;

@@ -35,6 +35,9 @@ struct EngineOptions {
     // is found by the gate tensor's name ("blk.<layer>.ffn_gate_exps").
     std::shared_ptr<device::Device> device;
     std::shared_ptr<const device::Plan> plan;
+    // With a device and a plan: at most this many of each token's lowest-weighted CPU experts land one MoE layer
+    // late (runtime/deferred_experts.h); 0: none.
+    int32_t deferred_experts = 0;
 };
 
 // The shape a device layer gets for a MoE layer of n_experts experts [I x H] under these options.

@@ -5,8 +5,9 @@
 namespace kt::runtime {
 
 HybridFfn::HybridFfn(std::unique_ptr<moe::ExpertPool> pool, std::shared_ptr<device::Device> device,
-                     std::unique_ptr<device::DeviceLayer> layer, int64_t max_tokens)
-    : pool_(std::move(pool)), device_(std::move(device)), layer_(std::move(layer)), n_(pool_->config().n_experts),
+                     std::unique_ptr<device::DeviceLayer> layer, int64_t max_tokens,
+                     std::shared_ptr<DeferredChain> chain, int64_t model_layer)
+    : chain_(std::move(chain)), model_layer_(model_layer), pool_(std::move(pool)), device_(std::move(device)), layer_(std::move(layer)), n_(pool_->config().n_experts),
       hidden_(pool_->config().hidden), intermediate_(pool_->config().intermediate), max_tokens_(max_tokens),
       dev_out_(static_cast<size_t>(max_tokens * pool_->config().hidden)), counter_(pool_->config().n_experts) {}
 
@@ -20,6 +21,32 @@ Status HybridFfn::init() { return pool_->set_mask(layer_->resident_mask().data()
 Status HybridFfn::forward(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights, int64_t k,
                           float *out, ThreadPool &) const {
     std::lock_guard<std::mutex> lock(mutex_);
+    counter_.add(ids, n_tokens * k);  // every routing, deferred or not
+    if (!chain_) return forward_chunks(x, n_tokens, ids, weights, k, out);
+    const bool deferring = chain_->defers_in(model_layer_) && n_tokens <= max_tokens_;
+    int64_t n_deferred = 0;
+    if (deferring) {
+        const size_t slots = static_cast<size_t>(n_tokens * k);
+        immediate_ids_.resize(slots);
+        deferred_ids_.resize(slots);
+        n_deferred = split_deferred(ids, weights, n_tokens, static_cast<int32_t>(k), chain_->max_deferred(), n_,
+                                    layer_->resident_mask(), immediate_ids_.data(), deferred_ids_.data());
+    }
+    Status s = forward_chunks(x, n_tokens, n_deferred > 0 ? immediate_ids_.data() : ids, weights, k, out);
+    // What the previous MoE layer deferred lands here; then this layer's deferred slots are queued for the next.
+    if (s.is_ok()) s = chain_->absorb(model_layer_, n_tokens, hidden_, out);
+    if (s.is_ok() && n_deferred > 0)
+        s = chain_->defer(model_layer_, *pool_, x, n_tokens, hidden_, static_cast<int32_t>(k), deferred_ids_.data(), weights);
+    if (!s.is_ok()) {
+        chain_->drop();
+        return s;
+    }
+    stats_.deferred_rows += n_deferred;
+    return Status::ok();
+}
+
+Status HybridFfn::forward_chunks(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights, int64_t k,
+                                 float *out) const {
     const int64_t H = hidden_;
     auto hook = [this] {
         if (cpu_begin_hook_) cpu_begin_hook_();
@@ -28,7 +55,6 @@ Status HybridFfn::forward(const float *x, int64_t n_tokens, const int32_t *ids, 
     for (int64_t t0 = 0; t0 < n_tokens; t0 += max_tokens_) {
         const int64_t T = std::min(max_tokens_, n_tokens - t0);
         const int32_t *chunk_ids = ids + t0 * k;
-        counter_.add(chunk_ids, T * k);
         int64_t cpu_rows = 0, dev_rows = 0;
         for (int64_t i = 0; i < T * k; ++i) {
             if (chunk_ids[i] < 0) continue;

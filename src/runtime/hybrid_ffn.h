@@ -9,6 +9,9 @@
 //
 // so the result equals the all-CPU one up to the order of the sum and the device's BF16 arithmetic.
 //
+// With a DeferredChain (runtime/deferred_experts.h), the lowest-weighted CPU experts of each token are computed by a
+// second job that the next MoE layer waits for and adds; this layer adds the one its predecessor deferred.
+//
 // Each call's CPU job interval and device interval are recorded: the statistics say how long each side worked and
 // how much of it was hidden by the other (the intersection of the two intervals).
 #pragma once
@@ -23,6 +26,7 @@
 #include "device/device.h"
 #include "moe/expert_pool.h"
 #include "ops/linear.h"
+#include "runtime/deferred_experts.h"
 
 namespace kt::runtime {
 
@@ -50,7 +54,8 @@ struct HybridStats {
     int64_t device_ns = 0;      // the device's work, begin to end
     int64_t overlap_ns = 0;     // time both were working: the part of the shorter side hidden behind the other
     int64_t wall_ns = 0;        // from the first submission to both results, per call, summed
-    int64_t cpu_rows = 0, device_rows = 0;  // (token, slot) pairs computed on each side
+    int64_t cpu_rows = 0, device_rows = 0;  // (token, slot) pairs computed on each side, at once
+    int64_t deferred_rows = 0;              // CPU pairs deferred to the next MoE layer (not in cpu_rows)
     // Of the last call (for tests): the two intervals on the monotonic_ns clock.
     moe::JobTimes last_cpu;
     device::Interval last_device;
@@ -64,15 +69,18 @@ struct HybridStats {
         wall_ns += o.wall_ns;
         cpu_rows += o.cpu_rows;
         device_rows += o.device_rows;
+        deferred_rows += o.deferred_rows;
     }
 };
 
 class HybridFfn final : public ops::ExpertFfn {
 public:
     // `pool` holds every expert (its mask is set here to skip the layer's resident ones); `layer` the resident
-    // experts, uploaded. `device` keeps the layer's device alive.
+    // experts, uploaded. `device` keeps the layer's device alive. With `chain`, this is MoE layer `model_layer` of
+    // the chain's model and defers experts as the chain says.
     HybridFfn(std::unique_ptr<moe::ExpertPool> pool, std::shared_ptr<device::Device> device,
-              std::unique_ptr<device::DeviceLayer> layer, int64_t max_tokens);
+              std::unique_ptr<device::DeviceLayer> layer, int64_t max_tokens,
+              std::shared_ptr<DeferredChain> chain = nullptr, int64_t model_layer = -1);
     ~HybridFfn() override;
     Status init();  // sets the pool's mask
 
@@ -92,12 +100,19 @@ public:
     void set_cpu_begin_hook(std::function<void()> hook) { cpu_begin_hook_ = std::move(hook); }
 
 private:
+    Status forward_chunks(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights, int64_t k,
+                          float *out) const;
+
+    // Declared before the pool: the pool, destroyed first, waits for its jobs, which may write into the chain.
+    std::shared_ptr<DeferredChain> chain_;
+    int64_t model_layer_;
     std::unique_ptr<moe::ExpertPool> pool_;
     std::shared_ptr<device::Device> device_;
     std::unique_ptr<device::DeviceLayer> layer_;
     int64_t n_, hidden_, intermediate_, max_tokens_;
     mutable std::mutex mutex_;  // one forward at a time: the device layer and dev_out_ are per layer
     mutable std::vector<float> dev_out_;  // [max_tokens][H]: the device's result, copied back to the host
+    mutable std::vector<int32_t> immediate_ids_, deferred_ids_;  // [max_tokens][k] with a chain
     mutable ActivationCounter counter_;
     mutable HybridStats stats_;
     std::function<void()> cpu_begin_hook_;

@@ -75,6 +75,26 @@ Run run(kt_model *m) {
     return r;
 }
 
+// The prompt decoded one token per call (where deferral happens most: a lone token keeps only its heaviest
+// experts), the logits of each.
+std::vector<float> run_stepwise(kt_model *m) {
+    kt_context_params cp;
+    kt_context_params_init(&cp);
+    cp.n_threads = 2;
+    cp.n_ctx = 64;
+    kt_context *ctx = nullptr;
+    REQUIRE(kt_context_create(m, &cp, &ctx, nullptr) == KT_STATUS_OK);
+    std::vector<float> logits;
+    for (int32_t token : kPrompt) {
+        REQUIRE(kt_context_decode(ctx, &token, 1, KT_LOGITS_ALL) == KT_STATUS_OK);
+        const float *l = nullptr;
+        REQUIRE(kt_context_logits(ctx, 0, &l, nullptr) == KT_STATUS_OK);
+        logits.insert(logits.end(), l, l + kt_context_n_vocab(ctx));
+    }
+    kt_context_free(ctx);
+    return logits;
+}
+
 std::string plan_of(const kt_model *m) {
     uint64_t n = 0;
     REQUIRE(kt_model_device_plan(m, nullptr, 0, &n) == KT_STATUS_BUFFER_TOO_SMALL);
@@ -223,4 +243,64 @@ TEST_CASE("device api: a model that does not fit, or a request that cannot be me
         CHECK(s == KT_STATUS_UNSUPPORTED);
         WARN("KT_DEVICE_CUDA refused as expected here: " << last_message());
     }
+}
+
+TEST_CASE("device api: deferred experts land one layer late, only where something is left to defer") {
+    kt::test::TempDir dir;
+    const std::string path = dir.file("tiny.gguf");
+    kt::test::write_tiny_model_file_or_fail(spec(), path);
+
+    // 3 of 8 experts per layer on the device; the rest deferred by up to 1 per token (top-2: each token keeps its
+    // heavier expert in its own layer). Layer 0 defers, layer 1 - the last - takes them and defers nothing.
+    kt_model *plain = load(path, standin_params(64ull << 20, 3));
+    const std::vector<float> undeferred = run_stepwise(plain);
+    kt_model_free(plain);
+    kt_model_params p = standin_params(64ull << 20, 3);
+    p.device_deferred_experts = 1;
+    kt_model *deferring = load(path, p);
+    const std::vector<float> got = run_stepwise(deferring);
+    const std::string text = plan_of(deferring);
+    INFO(text);
+    const size_t at = text.find(" on the CPU (");
+    REQUIRE(at != std::string::npos);
+    CHECK(std::stoll(text.substr(at + 13)) > 0);  // "(N deferred)": single-token decodes had experts to defer
+    kt_model_free(deferring);
+    REQUIRE(got.size() == undeferred.size());
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        REQUIRE(std::isfinite(got[i]));
+        worst = std::max(worst, static_cast<double>(std::fabs(got[i] - undeferred[i])));
+        scale = std::max(scale, static_cast<double>(std::fabs(undeferred[i])));
+    }
+    // The deferral changed the numbers (a lone token's lighter CPU expert entered one layer late), and not by more
+    // than the expert's share of the logits: in this random top-2 model (the deferred expert is half of a token's
+    // experts) they move by about 0.2 of their scale.
+    INFO("deferring 1 of 2 experts per token: logits move by up to " << worst / scale << " of their scale");
+    CHECK(worst > 1e-3 * scale);
+    CHECK(worst < 0.5 * scale);
+
+    // Every expert on the device: nothing is ever deferred, and the numbers are exactly the undeferred ones.
+    kt_model *all_plain = load(path, standin_params(64ull << 20, 8));
+    const Run expected = run(all_plain);
+    kt_model_free(all_plain);
+    p = standin_params(64ull << 20, 8);
+    p.device_deferred_experts = 3;
+    kt_model *all = load(path, p);
+    const Run same = run(all);
+    CHECK_THAT(plan_of(all), Catch::Contains("on the CPU (0 deferred)"));
+    kt_model_free(all);
+    CHECK(same.tokens == expected.tokens);
+    CHECK(same.logits == expected.logits);
+
+    // Refused: a negative count, and deferral without a device.
+    kt_status s = KT_STATUS_OK;
+    p.device_deferred_experts = -1;
+    CHECK(load(path, p, &s) == nullptr);
+    CHECK(s == KT_STATUS_INVALID_ARGUMENT);
+    CHECK_THAT(last_message(), Catch::Contains("device_deferred_experts is negative"));
+    kt_model_params_init(&p);
+    p.device_deferred_experts = 2;
+    CHECK(load(path, p, &s) == nullptr);
+    CHECK(s == KT_STATUS_INVALID_ARGUMENT);
+    CHECK_THAT(last_message(), Catch::Contains("no device was asked for"));
 }

@@ -317,3 +317,240 @@ TEST_CASE("placement: hottest experts by counts, uniform without, exact bytes, c
     r.budget_bytes = 1000 + e32 - 1;
     CHECK(device::plan_placement(layers, r, &plan).code() == KT_STATUS_OUT_OF_MEMORY);
 }
+
+// ---- deferred experts ------------------------------------------------------------------------------------------
+
+namespace {
+
+// The rule of runtime/deferred_experts.h written out again, slot by slot: a slot is protected when fewer than
+// k - D valid slots of its token outrank it (a higher weight, or the same weight in an earlier slot); an expert
+// protected anywhere in the call, or on the device, is immediate everywhere.
+void reference_split(const test::Routing &r, int64_t E, int32_t D, const std::vector<uint8_t> &resident,
+                     std::vector<int32_t> *immediate, std::vector<int32_t> *deferred) {
+    const int32_t k = r.top_k, protect = std::max(1, k - D);
+    std::vector<bool> kept(static_cast<size_t>(E), false);
+    for (int64_t t = 0; t < r.tokens; ++t)
+        for (int32_t j = 0; j < k; ++j) {
+            const int32_t e = r.ids[static_cast<size_t>(t * k + j)];
+            if (e < 0) continue;
+            const float wj = r.weights[static_cast<size_t>(t * k + j)];
+            int32_t above = 0;
+            for (int32_t i = 0; i < k; ++i) {
+                const float wi = r.weights[static_cast<size_t>(t * k + i)];
+                if (r.ids[static_cast<size_t>(t * k + i)] >= 0 && (wi > wj || (wi == wj && i < j))) ++above;
+            }
+            if (above < protect) kept[static_cast<size_t>(e)] = true;
+        }
+    immediate->assign(r.ids.size(), -1);
+    deferred->assign(r.ids.size(), -1);
+    for (size_t i = 0; i < r.ids.size(); ++i) {
+        const int32_t e = r.ids[i];
+        if (e < 0) continue;
+        if (kept[static_cast<size_t>(e)] || resident[static_cast<size_t>(e)]) (*immediate)[i] = e;
+        else (*deferred)[i] = e;
+    }
+}
+
+std::vector<float> pool_forward(moe::ExpertPool &pool, const std::vector<float> &x, int64_t T, int32_t k,
+                                const std::vector<int32_t> &ids, const std::vector<float> &weights) {
+    std::vector<float> y(x.size());
+    const int64_t H = pool.config().hidden, chunk = pool.config().max_tokens;
+    for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+        moe::ForwardArgs a;
+        a.n_tokens = std::min(chunk, T - t0);
+        a.top_k = k;
+        a.input = x.data() + t0 * H;
+        a.ids = ids.data() + t0 * k;
+        a.weights = weights.data() + t0 * k;
+        a.output = y.data() + t0 * H;
+        REQUIRE(pool.forward(a).is_ok());
+    }
+    return y;
+}
+
+double worst_difference(const std::vector<float> &a, const std::vector<float> &b) {
+    double worst = 0;
+    for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(a[i] - b[i])));
+    return worst;
+}
+
+// Three MoE layers (0, 1, 2) of one model on the stand-in, chained; and the all-CPU pools of the same weights.
+struct DeferredModel {
+    static constexpr int64_t E = 8, H = 64, I = 32, kMaxTokens = 16;
+    static constexpr int32_t k = 4;
+    std::vector<test::ExpertWeights> w;
+    std::vector<std::unique_ptr<moe::ExpertPool>> cpu;
+    std::vector<std::vector<uint8_t>> resident;
+    std::shared_ptr<device::Device> dev = standin(1ull << 30);
+    std::shared_ptr<runtime::DeferredChain> chain;
+    std::vector<std::unique_ptr<runtime::HybridFfn>> layers;
+
+    explicit DeferredModel(int32_t D) : chain(std::make_shared<runtime::DeferredChain>(D, 2)) {
+        const std::vector<std::vector<int64_t>> on_device = {{1, 6}, {}, {0, 3, 5}};  // layer 1: nothing on the device
+        for (int64_t l = 0; l < 3; ++l) {
+            w.push_back(test::make_experts(KT_TYPE_BF16, KT_EXPERT_WEIGHTS_BF16, 0, E, H, I, 60 + static_cast<uint64_t>(l)));
+            cpu.push_back(make_pool(w.back(), kMaxTokens, k));
+            std::unique_ptr<device::DeviceLayer> layer;
+            REQUIRE(dev->create_layer(shape_of(w.back(), kMaxTokens, k), &layer).is_ok());
+            resident.emplace_back(static_cast<size_t>(E), 0);
+            for (int64_t e : on_device[static_cast<size_t>(l)]) {
+                upload(*layer, w.back(), e);
+                resident.back()[static_cast<size_t>(e)] = 1;
+            }
+            layers.push_back(std::make_unique<runtime::HybridFfn>(make_pool(w.back(), kMaxTokens, k), dev, std::move(layer),
+                                                                  kMaxTokens, chain, l));
+            REQUIRE(layers.back()->init().is_ok());
+        }
+    }
+};
+
+}  // namespace
+
+TEST_CASE("deferred: each token keeps its k - D heaviest experts, a kept expert is kept for every token") {
+    // 2 tokens, top 3, D = 1: token 0 keeps experts 4 and 2 (0.5, 0.3), token 1 keeps 5 and 0 (0.6, 0.3 before the
+    // equal 0.3 of expert 6 in a later slot). Expert 2 stays for token 1 too; 6 is deferred; 7 is on the device.
+    const std::vector<int32_t> ids = {2, 4, 0, /**/ 5, 0, 6};
+    const std::vector<float> weights = {0.3f, 0.5f, 0.2f, /**/ 0.6f, 0.3f, 0.3f};
+    std::vector<int32_t> imm(6), def(6);
+    std::vector<uint8_t> resident(8, 0);
+    CHECK(runtime::split_deferred(ids.data(), weights.data(), 2, 3, 1, 8, resident, imm.data(), def.data()) == 1);
+    CHECK(imm == std::vector<int32_t>{2, 4, 0, 5, 0, -1});  // expert 0, kept by token 1, is kept for token 0
+    CHECK(def == std::vector<int32_t>{-1, -1, -1, -1, -1, 6});
+    // D = 2: each token keeps only its heaviest; experts 2, 0 and 6 go one layer late, unless on the device.
+    CHECK(runtime::split_deferred(ids.data(), weights.data(), 2, 3, 2, 8, resident, imm.data(), def.data()) == 4);
+    CHECK(imm == std::vector<int32_t>{-1, 4, -1, 5, -1, -1});
+    resident[6] = 1;
+    CHECK(runtime::split_deferred(ids.data(), weights.data(), 2, 3, 2, 8, resident, imm.data(), def.data()) == 3);
+    CHECK(imm == std::vector<int32_t>{-1, 4, -1, 5, -1, 6});
+    CHECK(def == std::vector<int32_t>{2, -1, 0, -1, 0, -1});
+    // D >= k: the heaviest stays all the same; -1 and out-of-range ids are in neither list.
+    const std::vector<int32_t> odd = {-1, 3, 9};
+    const std::vector<float> ow = {0.9f, 0.1f, 0.8f};
+    CHECK(runtime::split_deferred(odd.data(), ow.data(), 1, 3, 7, 8, {}, imm.data(), def.data()) == 0);
+    CHECK(std::vector<int32_t>(imm.begin(), imm.begin() + 3) == std::vector<int32_t>{-1, 3, -1});
+    CHECK(std::vector<int32_t>(def.begin(), def.begin() + 3) == std::vector<int32_t>{-1, -1, -1});
+}
+
+TEST_CASE("deferred: chained layers equal the reference that defers the same experts one layer late") {
+    std::unique_ptr<ThreadPool> unused;
+    REQUIRE(ThreadPool::create(ThreadPoolOptions{}, &unused).is_ok());
+    using M = DeferredModel;
+    for (int32_t D : {1, 2, 3}) {
+        M m(D);
+        int64_t expect_deferred = 0;
+        for (int64_t T : {1, 5, 16, 40}) {  // 40: more than max_tokens, in chunks: defers nothing
+            std::vector<test::Routing> r;
+            std::vector<std::vector<float>> x, got(3), want(3), undeferred(3);
+            std::vector<int32_t> imm, def, prev_def;
+            int64_t deferred_here = 0;
+            for (int64_t l = 0; l < 3; ++l) {
+                r.push_back(test::make_routing(T, M::k, M::E, 900 + static_cast<uint64_t>(T * 3 + l)));
+                x.push_back(test::random_normal(static_cast<size_t>(T * M::H), 70 + static_cast<uint64_t>(l)));
+            }
+            for (int64_t l = 0; l < 3; ++l) {
+                auto &L = *m.layers[static_cast<size_t>(l)];
+                got[static_cast<size_t>(l)].assign(static_cast<size_t>(T * M::H), 0.0f);
+                REQUIRE(L.forward(x[l].data(), T, r[l].ids.data(), r[l].weights.data(), M::k, got[l].data(), *unused).is_ok());
+                // The reference: this layer's immediate slots, all on the CPU, plus what the layer before deferred.
+                const bool defers = l < 2 && T <= M::kMaxTokens;
+                if (defers) reference_split(r[l], M::E, D, m.resident[l], &imm, &def);
+                else imm = r[l].ids, def.assign(r[l].ids.size(), -1);
+                want[l] = pool_forward(*m.cpu[l], x[l], T, M::k, imm, r[l].weights);
+                undeferred[l] = pool_forward(*m.cpu[l], x[l], T, M::k, r[l].ids, r[l].weights);
+                if (l > 0 && T <= M::kMaxTokens) {
+                    const std::vector<float> late = pool_forward(*m.cpu[l - 1], x[l - 1], T, M::k, prev_def, r[l - 1].weights);
+                    for (size_t i = 0; i < want[l].size(); ++i) want[l][i] += late[i];
+                }
+                for (int32_t e : def) deferred_here += e >= 0;
+                prev_def = def;
+            }
+            CHECK(m.chain->pending() == 0);  // the last layer defers nothing
+            for (size_t l = 0; l < 3; ++l) {
+                INFO("D " << D << ", T " << T << ", layer " << l);
+                // As in the split test above: the device's experts differ from the CPU's by the order of the sums.
+                CHECK(worst_difference(got[l], want[l]) <= 1e-3 * max_abs(want[l]));
+            }
+            expect_deferred += deferred_here;
+            if (deferred_here > 0) {
+                // The deferral is visible: a layer lost experts, the next gained them (the test can fail).
+                double moved = 0;
+                for (size_t l = 0; l < 2; ++l) moved = std::max(moved, worst_difference(got[l], undeferred[l]) / max_abs(undeferred[l]));
+                CHECK(moved > 1e-2);
+            } else {  // nothing to defer (every expert kept by some token, or a call in chunks): the plain result
+                for (size_t l = 0; l < 3; ++l) CHECK(worst_difference(got[l], undeferred[l]) <= 1e-3 * max_abs(undeferred[l]));
+            }
+        }
+        int64_t deferred = 0;
+        for (auto &L : m.layers) deferred += L->stats().deferred_rows;
+        CHECK(deferred == expect_deferred);
+        CHECK(deferred > 0);
+        CHECK(m.layers[2]->stats().deferred_rows == 0);
+    }
+}
+
+TEST_CASE("deferred: a pass cut off between layers leaves nothing for the next pass") {
+    std::unique_ptr<ThreadPool> unused;
+    REQUIRE(ThreadPool::create(ThreadPoolOptions{}, &unused).is_ok());
+    using M = DeferredModel;
+    M m(2);
+    const int64_t T = 6;
+    const test::Routing r = test::make_routing(T, M::k, M::E, 4242);
+    const std::vector<float> x = test::random_normal(static_cast<size_t>(T * M::H), 77);
+    std::vector<float> y(x.size());
+    // Layers 0 and 1, then the pass stops (a failure in layer 2's attention, say): layer 1's job is pending.
+    for (size_t l = 0; l < 2; ++l) REQUIRE(m.layers[l]->forward(x.data(), T, r.ids.data(), r.weights.data(), M::k, y.data(), *unused).is_ok());
+    CHECK(m.chain->pending() == 1);
+    // The next pass begins at layer 0: it must not take layer 1's leftovers (same token count, a later layer).
+    REQUIRE(m.layers[0]->forward(x.data(), T, r.ids.data(), r.weights.data(), M::k, y.data(), *unused).is_ok());
+    std::vector<int32_t> imm, def;
+    reference_split(r, M::E, 2, m.resident[0], &imm, &def);
+    const std::vector<float> want = pool_forward(*m.cpu[0], x, T, M::k, imm, r.weights);
+    CHECK(worst_difference(y, want) <= 1e-3 * max_abs(want));
+    CHECK(m.chain->pending() == 1);  // layer 0's own, for layer 1
+    m.chain->drop();
+    CHECK(m.chain->pending() == 0);
+}
+
+TEST_CASE("deferred: passes on two threads at once keep their own deferred jobs") {
+    using M = DeferredModel;
+    M m(1);
+    const int64_t T = 3;
+    struct Pass {
+        std::vector<test::Routing> r;
+        std::vector<std::vector<float>> x, y;
+        bool ok = true;
+    };
+    Pass pass[2];
+    for (int p = 0; p < 2; ++p)
+        for (int64_t l = 0; l < 3; ++l) {
+            pass[p].r.push_back(test::make_routing(T, M::k, M::E, 500 + static_cast<uint64_t>(p * 3 + l)));
+            pass[p].x.push_back(test::random_normal(static_cast<size_t>(T * M::H), 80 + static_cast<uint64_t>(p * 3 + l)));
+            pass[p].y.emplace_back(static_cast<size_t>(T * M::H));
+        }
+    // Each thread runs its pass 20 times; the layers' locks interleave the two passes layer by layer. Results are
+    // checked here, on the test's thread, against the same passes run alone afterwards.
+    auto run = [&](Pass &ps) {
+        std::unique_ptr<ThreadPool> unused;
+        if (!ThreadPool::create(ThreadPoolOptions{}, &unused).is_ok()) ps.ok = false;
+        for (int rep = 0; rep < 20 && ps.ok; ++rep)
+            for (size_t l = 0; l < 3 && ps.ok; ++l)
+                ps.ok = m.layers[l]->forward(ps.x[l].data(), T, ps.r[l].ids.data(), ps.r[l].weights.data(), M::k,
+                                             ps.y[l].data(), *unused).is_ok();
+    };
+    std::thread a([&] { run(pass[0]); }), b([&] { run(pass[1]); });
+    a.join();
+    b.join();
+    REQUIRE(pass[0].ok);
+    REQUIRE(pass[1].ok);
+    CHECK(m.chain->pending() == 0);
+    std::unique_ptr<ThreadPool> unused;
+    REQUIRE(ThreadPool::create(ThreadPoolOptions{}, &unused).is_ok());
+    for (int p = 0; p < 2; ++p)
+        for (size_t l = 0; l < 3; ++l) {
+            std::vector<float> alone(pass[p].y[l].size());
+            REQUIRE(m.layers[l]->forward(pass[p].x[l].data(), T, pass[p].r[l].ids.data(), pass[p].r[l].weights.data(), M::k,
+                                         alone.data(), *unused).is_ok());
+            INFO("pass " << p << ", layer " << l);
+            CHECK(worst_difference(pass[p].y[l], alone) == 0.0);
+        }
+}

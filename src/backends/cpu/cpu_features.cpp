@@ -74,6 +74,8 @@ CpuFeatures detect() {
     if (max_leaf < 1) return f;
 
     const Regs r1 = cpuid(1);
+    const int base_family = static_cast<int>((r1.eax >> 8) & 0xF);
+    f.family = base_family == 0xF ? base_family + static_cast<int>((r1.eax >> 20) & 0xFF) : base_family;
     f.sse42 = bit(r1.ecx, 20);
     const bool osxsave = bit(r1.ecx, 27);
     const uint64_t xcr0 = osxsave ? xgetbv0() : 0;

@@ -14,6 +14,7 @@ namespace kt::cpu {
 struct CpuFeatures {
     std::string vendor;  // "AuthenticAMD", "GenuineIntel", ...
     std::string brand;   // marketing name, may be empty
+    int family = 0;      // CPUID display family (base, plus extended where base is 15): Zen 4 25, Zen 5 26
 
     // Usable (CPU and OS agree).
     bool sse42 = false;

@@ -50,13 +50,13 @@ bool g_avx512_prefetch_l2 = false;  // declared in simd_avx512.h
 
 namespace {
 
-// Where the AVX-512 kernels' software prefetches go (simd_avx512.h says what each choice measured): L2 only on
-// Intel cores, L1 elsewhere; KT_PREFETCH=l1 or l2 chooses.
+// Where the AVX-512 kernels' software prefetches go (simd_avx512.h says what each choice measured): L1 on Zen 5
+// (AMD family 26) and later, L2 only elsewhere (Intel, Zen 4); KT_PREFETCH=l1 or l2 chooses.
 bool prefetch_to_l2(const CpuFeatures &f) {
     const char *env = std::getenv("KT_PREFETCH");
     if (env && std::strcmp(env, "l1") == 0) return false;
     if (env && std::strcmp(env, "l2") == 0) return true;
-    return f.vendor == "GenuineIntel";
+    return !(f.vendor == "AuthenticAMD" && f.family >= 26);
 }
 
 enum SetIndex { kScalarSet, kAvx2Set, kAvx512Set, kAvx512VnniSet, kAvx512Bf16Set, kAvx512VnniBf16Set, kAmxSet, kSetCount };

@@ -94,6 +94,7 @@ Status DeferredChain::defer(int64_t layer, moe::ExpertPool &pool, const float *x
     args.ids = job->ids.data();
     args.weights = job->weights.data();
     args.output = job->output.data();
+    if (begin_hook_) args.on_begin = &begin_ref_;
     KT_TRY(Status(pool.submit(args, &job->ticket)).with_context("deferred experts"));
     std::lock_guard<std::mutex> lock(mutex_);
     pending_[std::this_thread::get_id()] = std::move(job);

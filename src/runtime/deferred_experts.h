@@ -24,12 +24,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "core/function_ref.h"
 #include "core/status.h"
 #include "moe/expert_pool.h"
 
@@ -63,6 +65,8 @@ public:
     void drop();
     // Jobs pending on all threads (tests).
     int64_t pending() const;
+    // Tests: called on the pool's driver thread as each deferred job begins. Set before the first defer.
+    void set_begin_hook(std::function<void()> hook) { begin_hook_ = std::move(hook); }
 
 private:
     struct Job {
@@ -80,6 +84,8 @@ private:
     mutable std::mutex mutex_;
     std::unordered_map<std::thread::id, std::unique_ptr<Job>> pending_;
     std::vector<std::unique_ptr<Job>> spare_;  // at most a few: one per thread that deferred at the same time
+    std::function<void()> begin_hook_;
+    const FunctionRef<void()> begin_ref_{begin_hook_};  // what a job's ForwardArgs::on_begin points to
 };
 
 }  // namespace kt::runtime

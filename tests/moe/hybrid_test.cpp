@@ -381,11 +381,12 @@ struct DeferredModel {
     std::vector<test::ExpertWeights> w;
     std::vector<std::unique_ptr<moe::ExpertPool>> cpu;
     std::vector<std::vector<uint8_t>> resident;
-    std::shared_ptr<device::Device> dev = standin(1ull << 30);
+    std::shared_ptr<device::Device> dev;
     std::shared_ptr<runtime::DeferredChain> chain;
     std::vector<std::unique_ptr<runtime::HybridFfn>> layers;
 
-    explicit DeferredModel(int32_t D) : chain(std::make_shared<runtime::DeferredChain>(D, 2)) {
+    explicit DeferredModel(int32_t D, std::function<void()> device_hook = nullptr)
+        : dev(standin(1ull << 30, std::move(device_hook))), chain(std::make_shared<runtime::DeferredChain>(D, 2)) {
         const std::vector<std::vector<int64_t>> on_device = {{1, 6}, {}, {0, 3, 5}};  // layer 1: nothing on the device
         for (int64_t l = 0; l < 3; ++l) {
             w.push_back(test::make_experts(KT_TYPE_BF16, KT_EXPERT_WEIGHTS_BF16, 0, E, H, I, 60 + static_cast<uint64_t>(l)));
@@ -553,4 +554,40 @@ TEST_CASE("deferred: passes on two threads at once keep their own deferred jobs"
             INFO("pass " << p << ", layer " << l);
             CHECK(worst_difference(pass[p].y[l], alone) == 0.0);
         }
+}
+
+TEST_CASE("deferred: a layer's deferred job runs while the next layer's device work runs") {
+    // As in the overlap test above, a rendezvous: layer 2's device work, once begun, waits for layer 1's deferred
+    // job to have begun, and that job waits for the device. They can only meet if layer 1 returned with its job
+    // still to run and layer 2 put its device work in flight before waiting for that job.
+    std::mutex mu;
+    std::condition_variable cv;
+    bool deferred_began = false, device_began = false, timed_out = false;
+    auto meet = [&](bool &mine, bool &theirs) {
+        std::unique_lock<std::mutex> lock(mu);
+        mine = true;
+        cv.notify_all();
+        if (!cv.wait_for(lock, std::chrono::seconds(20), [&] { return theirs; })) timed_out = true;
+    };
+    using M = DeferredModel;
+    M m(1, [&] { meet(device_began, deferred_began); });  // layer 2 is the only one with device work here
+    std::atomic<int> deferred_jobs{0};
+    m.chain->set_begin_hook([&] {
+        if (deferred_jobs.fetch_add(1) == 1) meet(deferred_began, device_began);  // the second: layer 1's
+    });
+    // One token. Layers 0 and 1: CPU experts only, the lightest (7) deferred; layer 2: experts 0, 3, 5 on the
+    // device, 2 on the CPU, nothing deferred (the last layer).
+    const std::vector<std::vector<int32_t>> ids = {{2, 3, 4, 7}, {2, 3, 4, 7}, {0, 3, 5, 2}};
+    const std::vector<float> weights = {0.4f, 0.3f, 0.2f, 0.1f};
+    const std::vector<float> x = test::random_normal(static_cast<size_t>(M::H), 91);
+    std::vector<float> y(x.size());
+    std::unique_ptr<ThreadPool> unused;
+    REQUIRE(ThreadPool::create(ThreadPoolOptions{}, &unused).is_ok());
+    for (size_t l = 0; l < 3; ++l) REQUIRE(m.layers[l]->forward(x.data(), 1, ids[l].data(), weights.data(), M::k, y.data(), *unused).is_ok());
+    REQUIRE_FALSE(timed_out);
+    CHECK(deferred_began);
+    CHECK(device_began);
+    CHECK(deferred_jobs.load() == 2);
+    CHECK(m.chain->pending() == 0);
+    CHECK(m.layers[2]->stats().device_rows == 3);
 }

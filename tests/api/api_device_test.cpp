@@ -52,13 +52,18 @@ kt_model *load(const std::string &path, const kt_model_params &p, kt_status *sta
     return m;
 }
 
-Run run(kt_model *m) {
+kt_context *new_context(kt_model *m) {
     kt_context_params cp;
     kt_context_params_init(&cp);
     cp.n_threads = 2;
     cp.n_ctx = 64;
     kt_context *ctx = nullptr;
     REQUIRE(kt_context_create(m, &cp, &ctx, nullptr) == KT_STATUS_OK);
+    return ctx;
+}
+
+Run run(kt_model *m) {
+    kt_context *ctx = new_context(m);
     Run r;
     REQUIRE(kt_context_decode(ctx, kPrompt.data(), static_cast<int64_t>(kPrompt.size()), KT_LOGITS_ALL) == KT_STATUS_OK);
     const int64_t V = kt_context_n_vocab(ctx);
@@ -78,12 +83,7 @@ Run run(kt_model *m) {
 // The prompt decoded one token per call (where deferral happens most: a lone token keeps only its heaviest
 // experts), the logits of each.
 std::vector<float> run_stepwise(kt_model *m) {
-    kt_context_params cp;
-    kt_context_params_init(&cp);
-    cp.n_threads = 2;
-    cp.n_ctx = 64;
-    kt_context *ctx = nullptr;
-    REQUIRE(kt_context_create(m, &cp, &ctx, nullptr) == KT_STATUS_OK);
+    kt_context *ctx = new_context(m);
     std::vector<float> logits;
     for (int32_t token : kPrompt) {
         REQUIRE(kt_context_decode(ctx, &token, 1, KT_LOGITS_ALL) == KT_STATUS_OK);

@@ -81,6 +81,22 @@ std::shared_ptr<device::Device> standin(uint64_t budget, std::function<void()> h
     return d;
 }
 
+// Two parties that each, once begun, wait for the other to have begun: they can only meet if both are in flight
+// at once, so meeting proves overlap by construction of the schedule, not by timing luck on loaded cores. A
+// schedule that ran them one after another times out instead (timed_out, after 20 s).
+struct Rendezvous {
+    std::mutex m;
+    std::condition_variable cv;
+    bool began[2] = {false, false};
+    bool timed_out = false;
+    void meet(int me) {
+        std::unique_lock<std::mutex> lock(m);
+        began[me] = true;
+        cv.notify_all();
+        if (!cv.wait_for(lock, std::chrono::seconds(20), [&] { return began[1 - me]; })) timed_out = true;
+    }
+};
+
 double max_abs(const std::vector<float> &v) {
     double m = 0;
     for (float f : v) m = std::max(m, static_cast<double>(std::fabs(f)));
@@ -185,27 +201,17 @@ TEST_CASE("hybrid: the CPU job and the device work run at the same time") {
     const int64_t E = 4, H = 64, I = 32, T = 16;
     const int32_t k = 2;
     const test::ExpertWeights w = test::make_experts(KT_TYPE_BF16, KT_EXPERT_WEIGHTS_BF16, 0, E, H, I, 31);
-    // A rendezvous: the device's work, once begun, waits for the CPU job to have begun, and the CPU job waits for
-    // the device's. Both can only meet if the hybrid FFN has both submitted before it waits for either, and then
-    // each interval contains the meeting point: overlap by construction of the schedule, not by timing luck on
-    // loaded cores. A schedule that ran them one after another would time out here instead.
-    std::mutex m;
-    std::condition_variable cv;
-    bool cpu_began = false, device_began = false, timed_out = false;
-    auto meet = [&](bool &mine, bool &theirs) {
-        std::unique_lock<std::mutex> lock(m);
-        mine = true;
-        cv.notify_all();
-        if (!cv.wait_for(lock, std::chrono::seconds(20), [&] { return theirs; })) timed_out = true;
-    };
-    std::shared_ptr<device::Device> dev = standin(1ull << 30, [&] { meet(device_began, cpu_began); });
+    // A rendezvous between the device's work and the CPU job: they can only meet if the hybrid FFN has submitted
+    // both before it waits for either, and then each interval contains the meeting point.
+    Rendezvous rv;  // party 0: the CPU job, 1: the device
+    std::shared_ptr<device::Device> dev = standin(1ull << 30, [&] { rv.meet(1); });
     std::unique_ptr<device::DeviceLayer> layer;
     REQUIRE(dev->create_layer(shape_of(w, T, k), &layer).is_ok());
     upload(*layer, w, 0);
     upload(*layer, w, 1);
     runtime::HybridFfn hybrid(make_pool(w, T, k), dev, std::move(layer), T);
     REQUIRE(hybrid.init().is_ok());
-    hybrid.set_cpu_begin_hook([&] { meet(cpu_began, device_began); });
+    hybrid.set_cpu_begin_hook([&] { rv.meet(0); });
     // Every token routes to one resident and one CPU expert.
     std::vector<int32_t> ids;
     std::vector<float> weights;
@@ -218,7 +224,7 @@ TEST_CASE("hybrid: the CPU job and the device work run at the same time") {
     std::unique_ptr<ThreadPool> unused;
     REQUIRE(ThreadPool::create(ThreadPoolOptions{}, &unused).is_ok());
     REQUIRE(hybrid.forward(x.data(), T, ids.data(), weights.data(), k, y.data(), *unused).is_ok());
-    REQUIRE_FALSE(timed_out);
+    REQUIRE_FALSE(rv.timed_out);
     const runtime::HybridStats s = hybrid.stats();
     CHECK(s.last_cpu.begin_ns < s.last_device.end_ns);
     CHECK(s.last_device.begin_ns < s.last_cpu.end_ns);
@@ -557,23 +563,14 @@ TEST_CASE("deferred: passes on two threads at once keep their own deferred jobs"
 }
 
 TEST_CASE("deferred: a layer's deferred job runs while the next layer's device work runs") {
-    // As in the overlap test above, a rendezvous: layer 2's device work, once begun, waits for layer 1's deferred
-    // job to have begun, and that job waits for the device. They can only meet if layer 1 returned with its job
-    // still to run and layer 2 put its device work in flight before waiting for that job.
-    std::mutex mu;
-    std::condition_variable cv;
-    bool deferred_began = false, device_began = false, timed_out = false;
-    auto meet = [&](bool &mine, bool &theirs) {
-        std::unique_lock<std::mutex> lock(mu);
-        mine = true;
-        cv.notify_all();
-        if (!cv.wait_for(lock, std::chrono::seconds(20), [&] { return theirs; })) timed_out = true;
-    };
+    // A rendezvous between layer 1's deferred job and layer 2's device work: they can only meet if layer 1 returned
+    // with its job still to run and layer 2 put its device work in flight before waiting for that job.
+    Rendezvous rv;  // party 0: the deferred job, 1: the device
     using M = DeferredModel;
-    M m(1, [&] { meet(device_began, deferred_began); });  // layer 2 is the only one with device work here
+    M m(1, [&] { rv.meet(1); });  // layer 2 is the only one with device work here
     std::atomic<int> deferred_jobs{0};
     m.chain->set_begin_hook([&] {
-        if (deferred_jobs.fetch_add(1) == 1) meet(deferred_began, device_began);  // the second: layer 1's
+        if (deferred_jobs.fetch_add(1) == 1) rv.meet(0);  // the second: layer 1's
     });
     // One token. Layers 0 and 1: CPU experts only, the lightest (7) deferred; layer 2: experts 0, 3, 5 on the
     // device, 2 on the CPU, nothing deferred (the last layer).
@@ -584,9 +581,9 @@ TEST_CASE("deferred: a layer's deferred job runs while the next layer's device w
     std::unique_ptr<ThreadPool> unused;
     REQUIRE(ThreadPool::create(ThreadPoolOptions{}, &unused).is_ok());
     for (size_t l = 0; l < 3; ++l) REQUIRE(m.layers[l]->forward(x.data(), 1, ids[l].data(), weights.data(), M::k, y.data(), *unused).is_ok());
-    REQUIRE_FALSE(timed_out);
-    CHECK(deferred_began);
-    CHECK(device_began);
+    REQUIRE_FALSE(rv.timed_out);
+    CHECK(rv.began[0]);
+    CHECK(rv.began[1]);
     CHECK(deferred_jobs.load() == 2);
     CHECK(m.chain->pending() == 0);
     CHECK(m.layers[2]->stats().device_rows == 3);

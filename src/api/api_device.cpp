@@ -44,19 +44,29 @@ std::string split_line(const kt_model *model) {
     const std::shared_ptr<const model::Model> &m = model->runners[KT_KERNELS_AUTO];
     if (!m) return "";
     runtime::HybridStats sum;
+    const runtime::DeferredChain *chain = nullptr;
     for (const model::LayerWeights &L : m->w.layers) {
         const auto *h = dynamic_cast<const runtime::HybridFfn *>(L.experts.experts.get());
-        if (h) sum.add(h->stats());
+        if (!h) continue;
+        sum.add(h->stats());
+        if (h->chain()) chain = h->chain();
     }
     const int64_t shorter = std::min(sum.cpu_ns, sum.device_ns);
+    std::string deferred;
+    if (chain) {
+        const runtime::DeferredStats d = chain->stats();
+        deferred = format(", deferred jobs %lld: %.3f ms, %.1f %% of it hidden (run before the next layer waited)",
+                          static_cast<long long>(d.jobs), static_cast<double>(d.ns) * 1e-6,
+                          d.ns > 0 ? 100.0 * static_cast<double>(d.hidden_ns) / static_cast<double>(d.ns) : 0.0);
+    }
     return format("split: %lld calls, rows %lld on the device / %lld on the CPU (%lld deferred), device %.3f ms, "
-                  "cpu %.3f ms, hidden %.3f ms (%.1f %% of the shorter side), wall %.3f ms\n",
+                  "cpu %.3f ms, hidden %.3f ms (%.1f %% of the shorter side), wall %.3f ms%s\n",
                   static_cast<long long>(sum.calls), static_cast<long long>(sum.device_rows),
                   static_cast<long long>(sum.cpu_rows), static_cast<long long>(sum.deferred_rows),
                   static_cast<double>(sum.device_ns) * 1e-6, static_cast<double>(sum.cpu_ns) * 1e-6,
                   static_cast<double>(sum.overlap_ns) * 1e-6,
                   shorter > 0 ? 100.0 * static_cast<double>(sum.overlap_ns) / static_cast<double>(shorter) : 0.0,
-                  static_cast<double>(sum.wall_ns) * 1e-6);
+                  static_cast<double>(sum.wall_ns) * 1e-6, deferred.c_str());
 }
 
 }  // namespace

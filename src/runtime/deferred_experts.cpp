@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/thread_pool.h"
+
 namespace kt::runtime {
 
 int64_t split_deferred(const int32_t *ids, const float *weights, int64_t n_tokens, int32_t k, int32_t max_deferred,
@@ -56,11 +58,17 @@ Status DeferredChain::absorb(int64_t layer, int64_t n_tokens, int64_t hidden, fl
     std::unique_ptr<Job> job = take();
     if (!job) return Status::ok();
     // Waited for even when stale: its buffers are about to be reused.
+    const int64_t wait_begin = monotonic_ns();
     const Status s = job->pool->wait(job->ticket);
     const bool current = job->layer < layer && job->n_tokens == n_tokens;
     if (s.is_ok() && current) {
         const float *d = job->output.data();
         for (int64_t i = 0; i < n_tokens * hidden; ++i) out[i] += d[i];
+        const moe::JobTimes &t = job->times;
+        std::lock_guard<std::mutex> lock(mutex_);
+        ++stats_.jobs;
+        stats_.ns += std::max<int64_t>(0, t.end_ns - t.begin_ns);
+        stats_.hidden_ns += std::max<int64_t>(0, std::min(t.end_ns, wait_begin) - t.begin_ns);
     }
     recycle(std::move(job));
     // A stale job's failure belongs to the pass that failed before; this pass goes on without it.
@@ -94,6 +102,7 @@ Status DeferredChain::defer(int64_t layer, moe::ExpertPool &pool, const float *x
     args.ids = job->ids.data();
     args.weights = job->weights.data();
     args.output = job->output.data();
+    args.times = &job->times;
     if (begin_hook_) args.on_begin = &begin_ref_;
     KT_TRY(Status(pool.submit(args, &job->ticket)).with_context("deferred experts"));
     std::lock_guard<std::mutex> lock(mutex_);
@@ -106,6 +115,11 @@ void DeferredChain::drop() {
     if (!job) return;
     (void)job->pool->wait(job->ticket);  // its failure belonged to the pass that left it
     recycle(std::move(job));
+}
+
+DeferredStats DeferredChain::stats() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
 }
 
 int64_t DeferredChain::pending() const {

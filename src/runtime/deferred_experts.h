@@ -43,6 +43,13 @@ namespace kt::runtime {
 int64_t split_deferred(const int32_t *ids, const float *weights, int64_t n_tokens, int32_t k, int32_t max_deferred,
                        int64_t n_experts, const std::vector<uint8_t> &resident, int32_t *immediate, int32_t *deferred);
 
+// The deferred jobs of a chain, summed: how long they ran and how much of that the passes did not wait for.
+struct DeferredStats {
+    int64_t jobs = 0;
+    int64_t ns = 0;         // each job, begin to end
+    int64_t hidden_ns = 0;  // the part of each that ran before the next layer began waiting for it
+};
+
 class DeferredChain {
 public:
     // max_deferred > 0; last_layer: the model's last MoE layer, which never defers.
@@ -65,6 +72,7 @@ public:
     void drop();
     // Jobs pending on all threads (tests).
     int64_t pending() const;
+    DeferredStats stats() const;
     // Tests: called on the pool's driver thread as each deferred job begins. Set before the first defer.
     void set_begin_hook(std::function<void()> hook) { begin_hook_ = std::move(hook); }
 
@@ -73,6 +81,7 @@ private:
         int64_t layer = -1, n_tokens = 0;
         moe::ExpertPool *pool = nullptr;
         uint64_t ticket = 0;
+        moe::JobTimes times;
         std::vector<float> input, weights, output;
         std::vector<int32_t> ids;
     };
@@ -84,6 +93,7 @@ private:
     mutable std::mutex mutex_;
     std::unordered_map<std::thread::id, std::unique_ptr<Job>> pending_;
     std::vector<std::unique_ptr<Job>> spare_;  // at most a few: one per thread that deferred at the same time
+    DeferredStats stats_;  // under mutex_
     std::function<void()> begin_hook_;
     const FunctionRef<void()> begin_ref_{begin_hook_};  // what a job's ForwardArgs::on_begin points to
 };

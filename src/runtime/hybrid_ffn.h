@@ -96,6 +96,7 @@ public:
 
     HybridStats stats() const;
     const device::DeviceLayer &layer() const { return *layer_; }
+    const DeferredChain *chain() const { return chain_.get(); }  // null without deferred experts
     // Tests: called on the pool's driver thread as each CPU job begins.
     void set_cpu_begin_hook(std::function<void()> hook) { cpu_begin_hook_ = std::move(hook); }
 

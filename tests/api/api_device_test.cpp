@@ -264,6 +264,9 @@ TEST_CASE("device api: deferred experts land one layer late, only where somethin
     const size_t at = text.find(" on the CPU (");
     REQUIRE(at != std::string::npos);
     CHECK(std::stoll(text.substr(at + 13)) > 0);  // "(N deferred)": single-token decodes had experts to defer
+    const size_t jobs = text.find("deferred jobs ");
+    REQUIRE(jobs != std::string::npos);
+    CHECK(std::stoll(text.substr(jobs + 14)) > 0);  // and the next layer took them
     kt_model_free(deferring);
     REQUIRE(got.size() == undeferred.size());
     double worst = 0, scale = 0;

@@ -444,7 +444,7 @@ TEST_CASE("deferred: chained layers equal the reference that defers the same exp
     using M = DeferredModel;
     for (int32_t D : {1, 2, 3}) {
         M m(D);
-        int64_t expect_deferred = 0;
+        int64_t expect_deferred = 0, expect_jobs = 0;
         for (int64_t T : {1, 5, 16, 40}) {  // 40: more than max_tokens, in chunks: defers nothing
             std::vector<test::Routing> r;
             std::vector<std::vector<float>> x, got(3), want(3), undeferred(3);
@@ -468,7 +468,10 @@ TEST_CASE("deferred: chained layers equal the reference that defers the same exp
                     const std::vector<float> late = pool_forward(*m.cpu[l - 1], x[l - 1], T, M::k, prev_def, r[l - 1].weights);
                     for (size_t i = 0; i < want[l].size(); ++i) want[l][i] += late[i];
                 }
-                for (int32_t e : def) deferred_here += e >= 0;
+                int64_t n_def = 0;
+                for (int32_t e : def) n_def += e >= 0;
+                deferred_here += n_def;
+                expect_jobs += n_def > 0;  // each absorbed by the next layer
                 prev_def = def;
             }
             CHECK(m.chain->pending() == 0);  // the last layer defers nothing
@@ -492,6 +495,10 @@ TEST_CASE("deferred: chained layers equal the reference that defers the same exp
         CHECK(deferred == expect_deferred);
         CHECK(deferred > 0);
         CHECK(m.layers[2]->stats().deferred_rows == 0);
+        const runtime::DeferredStats st = m.chain->stats();
+        CHECK(st.jobs == expect_jobs);
+        CHECK(st.ns > 0);
+        CHECK(st.hidden_ns <= st.ns);
     }
 }
 

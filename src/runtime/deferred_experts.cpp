@@ -22,7 +22,8 @@ int64_t split_deferred(const int32_t *ids, const float *weights, int64_t n_token
             if (valid(tid[j])) order[static_cast<size_t>(n++)] = j;
         // Highest weight first; equal weights in slot order.
         std::stable_sort(order.begin(), order.begin() + n, [&](int32_t a, int32_t b) { return tw[a] > tw[b]; });
-        for (int32_t r = 0; r < std::min(n, protect); ++r) is_protected[static_cast<size_t>(tid[order[static_cast<size_t>(r)]])] = 1;
+        for (int32_t r = 0; r < std::min(n, protect); ++r)
+            is_protected[static_cast<size_t>(tid[order[static_cast<size_t>(r)]])] = 1;
     }
     int64_t n_deferred = 0;
     for (int64_t i = 0; i < n_tokens * k; ++i) {

@@ -36,7 +36,8 @@ Status HybridFfn::forward(const float *x, int64_t n_tokens, const int32_t *ids, 
     // What the previous MoE layer deferred lands here; then this layer's deferred slots are queued for the next.
     if (s.is_ok()) s = chain_->absorb(model_layer_, n_tokens, hidden_, out);
     if (s.is_ok() && n_deferred > 0)
-        s = chain_->defer(model_layer_, *pool_, x, n_tokens, hidden_, static_cast<int32_t>(k), deferred_ids_.data(), weights);
+        s = chain_->defer(model_layer_, *pool_, x, n_tokens, hidden_, static_cast<int32_t>(k), deferred_ids_.data(),
+                          weights);
     if (!s.is_ok()) {
         chain_->drop();
         return s;

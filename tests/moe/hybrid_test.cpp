@@ -484,10 +484,12 @@ TEST_CASE("deferred: chained layers equal the reference that defers the same exp
             if (deferred_here > 0) {
                 // The deferral is visible: a layer lost experts, the next gained them (the test can fail).
                 double moved = 0;
-                for (size_t l = 0; l < 2; ++l) moved = std::max(moved, worst_difference(got[l], undeferred[l]) / max_abs(undeferred[l]));
+                for (size_t l = 0; l < 2; ++l)
+                    moved = std::max(moved, worst_difference(got[l], undeferred[l]) / max_abs(undeferred[l]));
                 CHECK(moved > 1e-2);
             } else {  // nothing to defer (every expert kept by some token, or a call in chunks): the plain result
-                for (size_t l = 0; l < 3; ++l) CHECK(worst_difference(got[l], undeferred[l]) <= 1e-3 * max_abs(undeferred[l]));
+                for (size_t l = 0; l < 3; ++l)
+                    CHECK(worst_difference(got[l], undeferred[l]) <= 1e-3 * max_abs(undeferred[l]));
             }
         }
         int64_t deferred = 0;
@@ -512,7 +514,8 @@ TEST_CASE("deferred: a pass cut off between layers leaves nothing for the next p
     const std::vector<float> x = test::random_normal(static_cast<size_t>(T * M::H), 77);
     std::vector<float> y(x.size());
     // Layers 0 and 1, then the pass stops (a failure in layer 2's attention, say): layer 1's job is pending.
-    for (size_t l = 0; l < 2; ++l) REQUIRE(m.layers[l]->forward(x.data(), T, r.ids.data(), r.weights.data(), M::k, y.data(), *unused).is_ok());
+    for (size_t l = 0; l < 2; ++l)
+        REQUIRE(m.layers[l]->forward(x.data(), T, r.ids.data(), r.weights.data(), M::k, y.data(), *unused).is_ok());
     CHECK(m.chain->pending() == 1);
     // The next pass begins at layer 0: it must not take layer 1's leftovers (same token count, a later layer).
     REQUIRE(m.layers[0]->forward(x.data(), T, r.ids.data(), r.weights.data(), M::k, y.data(), *unused).is_ok());
@@ -587,7 +590,8 @@ TEST_CASE("deferred: a layer's deferred job runs while the next layer's device w
     std::vector<float> y(x.size());
     std::unique_ptr<ThreadPool> unused;
     REQUIRE(ThreadPool::create(ThreadPoolOptions{}, &unused).is_ok());
-    for (size_t l = 0; l < 3; ++l) REQUIRE(m.layers[l]->forward(x.data(), 1, ids[l].data(), weights.data(), M::k, y.data(), *unused).is_ok());
+    for (size_t l = 0; l < 3; ++l)
+        REQUIRE(m.layers[l]->forward(x.data(), 1, ids[l].data(), weights.data(), M::k, y.data(), *unused).is_ok());
     REQUIRE_FALSE(rv.timed_out);
     CHECK(rv.began[0]);
     CHECK(rv.began[1]);

@@ -267,6 +267,17 @@ KT_API kt_status kt_model_device_plan(const kt_model *model, char *buf, uint64_t
 KT_API kt_status kt_model_expert_counts(const kt_model *model, int64_t layer, uint64_t *counts, int64_t capacity,
                                         int64_t *out_count);
 
+/* Places the routed experts on the model's device again, from new activation counts ([n_layer][n_expert], as
+ * kt_model_params.device_expert_counts; e.g. kt_model_expert_counts gathered while serving), without reloading:
+ * the same budget and experts per layer as at load, the hottest experts now. Per MoE layer, between two of its
+ * calls (contexts may keep running: a pass sees each layer either before or after, never half), the experts
+ * that leave are freed on the device first, the new ones uploaded, and the CPU computes the rest; the output
+ * stays the all-CPU one up to the order of the sums. kt_model_device_plan prints the new plan. KT_STATUS_NOT_FOUND
+ * for a model loaded without a device, KT_STATUS_INVALID_ARGUMENT for counts of the wrong length; on a failed
+ * upload the layers already re-placed stay so and the failing one keeps a consistent split. Safe to call from
+ * any thread. */
+KT_API kt_status kt_model_device_replace(kt_model *model, const uint64_t *counts, uint64_t counts_len);
+
 /* The message of the calling thread's last failed call on this model ("" if none): other threads' calls on the
  * same model never change it. Valid until this thread's next failing call on the model, or kt_model_free.
  * "model is NULL" for NULL. */

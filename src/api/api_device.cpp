@@ -69,6 +69,24 @@ std::string split_line(const kt_model *model) {
                   static_cast<double>(sum.wall_ns) * 1e-6, deferred.c_str());
 }
 
+// counts [n_layer][n_expert] -> one row per MoE layer of `layers`.
+Status read_counts(const std::vector<device::PlacementLayer> &layers, int64_t n_layer, const uint64_t *counts,
+                   uint64_t len, std::vector<std::vector<uint64_t>> *out) {
+    KT_RETURN_IF(!counts, KT_STATUS_INVALID_ARGUMENT, "the counts are NULL but their length is %llu",
+                 static_cast<unsigned long long>(len));
+    const int64_t n_expert = layers.front().n_experts;
+    const uint64_t want = static_cast<uint64_t>(n_layer) * static_cast<uint64_t>(n_expert);
+    KT_RETURN_IF(len != want, KT_STATUS_INVALID_ARGUMENT, "%llu counts, expected n_layer * n_expert = %lld * %lld",
+                 static_cast<unsigned long long>(len), static_cast<long long>(n_layer), static_cast<long long>(n_expert));
+    out->clear();
+    for (const device::PlacementLayer &l : layers) {
+        KT_RETURN_IF(l.n_experts != n_expert, KT_STATUS_UNSUPPORTED, "counts need the same expert count in every layer");
+        const uint64_t *row = counts + l.layer * n_expert;
+        out->emplace_back(row, row + n_expert);
+    }
+    return Status::ok();
+}
+
 }  // namespace
 
 Status setup_device(kt_model *model, const kt_model_params &p) {
@@ -101,20 +119,10 @@ Status setup_device(kt_model *model, const kt_model_params &p) {
     for (const device::PlacementLayer &l : layers)
         covering = device::cover(covering, runtime::device_layer_shape(engine_defaults, l.n_experts, l.hidden, l.intermediate));
     request.non_expert_bytes = device::workspace_bytes(covering);
-    if (p.device_expert_counts_len > 0) {
-        const int64_t n_expert = layers.front().n_experts;
-        const uint64_t want = static_cast<uint64_t>(n_layer) * static_cast<uint64_t>(n_expert);
-        KT_RETURN_IF(p.device_expert_counts_len != want, KT_STATUS_INVALID_ARGUMENT,
-                     "kt_model_load: params.device_expert_counts_len is %llu, expected n_layer * n_expert = %lld * %lld",
-                     static_cast<unsigned long long>(p.device_expert_counts_len), static_cast<long long>(n_layer),
-                     static_cast<long long>(n_expert));
-        for (const device::PlacementLayer &l : layers) {
-            KT_RETURN_IF(l.n_experts != n_expert, KT_STATUS_UNSUPPORTED,
-                         "kt_model_load: device_expert_counts needs the same expert count in every layer");
-            const uint64_t *row = p.device_expert_counts + l.layer * n_expert;
-            request.counts.emplace_back(row, row + n_expert);
-        }
-    }
+    const device::PlacementRequest without_counts = request;
+    if (p.device_expert_counts_len > 0)
+        KT_TRY(Status(read_counts(layers, n_layer, p.device_expert_counts, p.device_expert_counts_len, &request.counts))
+                   .with_context("kt_model_load: params.device_expert_counts"));
     auto plan = std::make_shared<device::Plan>();
     KT_TRY(Status(device::plan_placement(layers, request, plan.get())).with_context(model->file->source_name()));
 
@@ -125,6 +133,9 @@ Status setup_device(kt_model *model, const kt_model_params &p) {
     KT_TRY(device::create_device(options, &model->device));
     model->device_plan = std::move(plan);
     model->device_deferred_experts = p.device_deferred_experts;
+    model->device_layers = std::move(layers);
+    model->device_request = without_counts;
+    model->device_n_layer = n_layer;
     KT_LOG_INFO_MSG("%s: device %s\n%s", model->file->source_name().c_str(), model->device->name().c_str(),
                     model->device_plan->to_string().c_str());
     return Status::ok();
@@ -137,12 +148,15 @@ extern "C" {
 KT_API kt_status kt_model_device_plan(const kt_model *model, char *buf, uint64_t capacity, uint64_t *out_length) {
     return guard_on(model, [&]() -> Status {
         KT_RETURN_IF(!model, KT_STATUS_INVALID_ARGUMENT, "model is NULL");
-        KT_RETURN_IF(!model->device_plan, KT_STATUS_NOT_FOUND, "kt_model_device_plan: the model was loaded without a device");
-        std::string text = model->device_plan->to_string();
-        text += kt::format("device %s: %llu bytes in use\n", model->device->name().c_str(),
-                           static_cast<unsigned long long>(model->device->used_bytes()));
+        std::string text;
         {
+            // The plan is swapped by kt_model_device_replace under this lock.
             std::lock_guard<std::mutex> lock(const_cast<kt_model *>(model)->runners_mutex);
+            KT_RETURN_IF(!model->device_plan, KT_STATUS_NOT_FOUND,
+                         "kt_model_device_plan: the model was loaded without a device");
+            text = model->device_plan->to_string();
+            text += kt::format("device %s: %llu bytes in use\n", model->device->name().c_str(),
+                               static_cast<unsigned long long>(model->device->used_bytes()));
             text += kt::api::split_line(model);
         }
         if (out_length) *out_length = text.size();
@@ -151,6 +165,39 @@ KT_API kt_status kt_model_device_plan(const kt_model *model, char *buf, uint64_t
                      static_cast<unsigned long long>(capacity));
         std::memcpy(buf, text.c_str(), text.size() + 1);
         return Status::ok();
+    });
+}
+
+KT_API kt_status kt_model_device_replace(kt_model *model, const uint64_t *counts, uint64_t counts_len) {
+    return guard_on(model, [&]() -> Status {
+        KT_RETURN_IF(!model, KT_STATUS_INVALID_ARGUMENT, "model is NULL");
+        std::lock_guard<std::mutex> lock(model->runners_mutex);
+        KT_RETURN_IF(!model->device_plan, KT_STATUS_NOT_FOUND,
+                     "kt_model_device_replace: the model was loaded without a device");
+        kt::device::PlacementRequest request = model->device_request;
+        KT_TRY(kt::Status(kt::api::read_counts(model->device_layers, model->device_n_layer, counts, counts_len,
+                                               &request.counts))
+                   .with_context("kt_model_device_replace"));
+        auto plan = std::make_shared<kt::device::Plan>();
+        KT_TRY(kt::Status(kt::device::plan_placement(model->device_layers, request, plan.get()))
+                   .with_context("kt_model_device_replace"));
+        // Layer by layer; each layer's switch waits for its running call (HybridFfn::replace). A model the engine
+        // has not prepared yet is built with the new plan.
+        const std::shared_ptr<const kt::model::Model> &m = model->runners[KT_KERNELS_AUTO];
+        kt::Status s;
+        if (m) {
+            for (const kt::model::LayerWeights &L : m->w.layers) {
+                auto *h = dynamic_cast<kt::runtime::HybridFfn *>(L.experts.experts.get());
+                if (!h) continue;
+                const kt::device::LayerPlacement *placed = plan->find(h->model_layer());
+                s = h->replace(placed ? placed->experts : std::vector<int32_t>{});
+                if (!s.is_ok()) break;
+            }
+        }
+        model->device_plan = std::move(plan);
+        KT_LOG_INFO_MSG("%s: experts placed again\n%s", model->file->source_name().c_str(),
+                        model->device_plan->to_string().c_str());
+        return s;
     });
 }
 

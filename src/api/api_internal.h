@@ -70,6 +70,10 @@ struct kt_model {
     std::shared_ptr<kt::device::Device> device;
     std::shared_ptr<const kt::device::Plan> device_plan;
     int32_t device_deferred_experts = 0;
+    // What the plan was made from (kt_model_device_replace plans again with new counts).
+    std::vector<kt::device::PlacementLayer> device_layers;
+    kt::device::PlacementRequest device_request;  // without counts
+    int64_t device_n_layer = 0;
     std::unique_ptr<kt::ops::KernelFactory> engine;
     std::shared_ptr<const kt::model::Model> runners[2];  // [KT_KERNELS_AUTO, KT_KERNELS_REFERENCE]
 };

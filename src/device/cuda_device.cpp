@@ -26,6 +26,7 @@ public:
 
     Status upload(int64_t expert, const ops::MatrixView &gate, const ops::MatrixView &up,
                   const ops::MatrixView &down) override;
+    Status evict(int64_t expert) override;
     Status submit(const ExpertWork &work, Event *event) override;
     Status wait(const Event &event, Interval *when) override;
 
@@ -109,6 +110,17 @@ Status CudaLayer::upload(int64_t expert, const ops::MatrixView &gate, const ops:
     KT_TRY(upload_matrix(gate, gate_up_[e]));
     KT_TRY(upload_matrix(up, static_cast<uint8_t *>(gate_up_[e]) + I * H * 2));
     KT_TRY(upload_matrix(down, down_[e]));
+    return Status::ok();
+}
+
+Status CudaLayer::evict(int64_t expert) {
+    if (!resident(expert)) return Status::ok();
+    const size_t e = static_cast<size_t>(expert);
+    device_.engine().free_device(gate_up_[e]);
+    device_.engine().free_device(down_[e]);
+    gate_up_[e] = down_[e] = nullptr;
+    unmark_resident(expert);
+    device_.unaccount(expert_bytes(shape_.hidden, shape_.intermediate));
     return Status::ok();
 }
 

@@ -103,6 +103,9 @@ public:
     // twice is replaced in place.
     virtual Status upload(int64_t expert, const ops::MatrixView &gate, const ops::MatrixView &up,
                           const ops::MatrixView &down) = 0;
+    // Takes expert e off the device and gives its memory back (nothing when it is not resident). Only between
+    // calls: no work of this layer may be in flight.
+    virtual Status evict(int64_t expert) = 0;
     // Queues the work; returns once the inputs are copied. *event identifies it for wait().
     virtual Status submit(const ExpertWork &work, Event *event) = 0;
     // Blocks until the work of `event` (and all before it) is done and its output written; *when (may be null)
@@ -122,6 +125,10 @@ protected:
     void mark_resident(int64_t e) {
         if (!resident_[static_cast<size_t>(e)]) ++n_resident_;
         resident_[static_cast<size_t>(e)] = 1;
+    }
+    void unmark_resident(int64_t e) {
+        if (resident_[static_cast<size_t>(e)]) --n_resident_;
+        resident_[static_cast<size_t>(e)] = 0;
     }
 
     LayerShape shape_;

@@ -29,6 +29,7 @@ public:
 
     Status upload(int64_t expert, const ops::MatrixView &gate, const ops::MatrixView &up,
                   const ops::MatrixView &down) override;
+    Status evict(int64_t expert) override;
     Status submit(const ExpertWork &work, Event *event) override;
     Status wait(const Event &event, Interval *when) override;
 
@@ -178,6 +179,18 @@ Status StandInLayer::upload(int64_t expert, const ops::MatrixView &gate, const o
     gate_up_ptr_[static_cast<size_t>(expert)] = gu.data();
     down_ptr_[static_cast<size_t>(expert)] = d.data();
     mark_resident(expert);
+    return Status::ok();
+}
+
+Status StandInLayer::evict(int64_t expert) {
+    if (!resident(expert)) return Status::ok();
+    const size_t e = static_cast<size_t>(expert);
+    std::vector<uint16_t>().swap(gate_up_[e]);
+    std::vector<uint16_t>().swap(down_[e]);
+    gate_up_ptr_[e] = nullptr;
+    down_ptr_[e] = nullptr;
+    unmark_resident(expert);
+    device_.unaccount(expert_bytes(shape_.hidden, shape_.intermediate));
     return Status::ok();
 }
 

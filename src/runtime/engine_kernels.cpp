@@ -154,6 +154,7 @@ public:
             KT_TRY(Status(pool->load(g, u, d, 0, -1, options_.store.get(), names)).with_context(gate.first.name));
             auto hybrid = std::make_unique<HybridFfn>(std::move(pool), options_.device, std::move(layer), c.max_tokens,
                                                       chain_, placed->layer);
+            hybrid->set_sources(gate, up, down);
             KT_TRY(hybrid->init());
             *out = std::move(hybrid);
             return Status::ok();

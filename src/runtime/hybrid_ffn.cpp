@@ -121,6 +121,36 @@ Status HybridFfn::forward_chunks(const float *x, int64_t n_tokens, const int32_t
     return Status::ok();
 }
 
+void HybridFfn::set_sources(const ops::MatrixStack &gate, const ops::MatrixStack &up, const ops::MatrixStack &down) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    gate_src_ = gate;
+    up_src_ = up;
+    down_src_ = down;
+    have_sources_ = true;
+}
+
+Status HybridFfn::replace(const std::vector<int32_t> &experts) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    KT_RETURN_IF(!have_sources_, KT_STATUS_INVALID_ARGUMENT, "hybrid layer %lld: no source weights to upload from",
+                 static_cast<long long>(model_layer_));
+    std::vector<uint8_t> wanted(static_cast<size_t>(n_), 0);
+    for (int32_t e : experts) {
+        KT_RETURN_IF(e < 0 || e >= n_, KT_STATUS_INVALID_ARGUMENT, "hybrid layer %lld: expert %d out of range",
+                     static_cast<long long>(model_layer_), e);
+        wanted[static_cast<size_t>(e)] = 1;
+    }
+    // Leaving experts first, so that the new ones fit a budget the old ones filled.
+    Status s;
+    for (int64_t e = 0; e < n_ && s.is_ok(); ++e)
+        if (layer_->resident(e) && !wanted[static_cast<size_t>(e)]) s = layer_->evict(e);
+    for (int64_t e = 0; e < n_ && s.is_ok(); ++e)
+        if (wanted[static_cast<size_t>(e)] && !layer_->resident(e))
+            s = layer_->upload(e, gate_src_.at(e), up_src_.at(e), down_src_.at(e));
+    const Status mask = pool_->set_mask(layer_->resident_mask().data(), n_);
+    KT_TRY(Status(s).with_context(format("hybrid layer %lld", static_cast<long long>(model_layer_))));
+    return mask;
+}
+
 HybridStats HybridFfn::stats() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return stats_;

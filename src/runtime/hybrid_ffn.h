@@ -94,7 +94,17 @@ public:
         return true;
     }
 
+    // Where replace() uploads experts from: the layer's stacks of gate, up and down matrices (as make_experts got
+    // them; they must outlive this FFN). Without them replace() refuses.
+    void set_sources(const ops::MatrixStack &gate, const ops::MatrixStack &up, const ops::MatrixStack &down);
+    // Re-places the layer without a reload: the resident experts not in `experts` leave the device, those in it
+    // not yet there are uploaded, and the CPU pool's mask follows, between two calls (a running call finishes
+    // first). On failure the experts already moved stay moved and the split stays complete (the mask is the
+    // device's resident set whatever happened).
+    Status replace(const std::vector<int32_t> &experts);
+
     HybridStats stats() const;
+    int64_t model_layer() const { return model_layer_; }
     const device::DeviceLayer &layer() const { return *layer_; }
     const DeferredChain *chain() const { return chain_.get(); }  // null without deferred experts
     // Tests: called on the pool's driver thread as each CPU job begins.
@@ -114,6 +124,8 @@ private:
     mutable std::mutex mutex_;  // one forward at a time: the device layer and dev_out_ are per layer
     mutable std::vector<float> dev_out_;  // [max_tokens][H]: the device's result, copied back to the host
     mutable std::vector<int32_t> immediate_ids_, deferred_ids_;  // [max_tokens][k] with a chain
+    bool have_sources_ = false;
+    ops::MatrixStack gate_src_, up_src_, down_src_;
     mutable ActivationCounter counter_;
     mutable HybridStats stats_;
     std::function<void()> cpu_begin_hook_;

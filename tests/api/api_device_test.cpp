@@ -307,3 +307,63 @@ TEST_CASE("device api: deferred experts land one layer late, only where somethin
     CHECK(s == KT_STATUS_INVALID_ARGUMENT);
     CHECK_THAT(last_message(), Catch::Contains("no device was asked for"));
 }
+
+TEST_CASE("device api: experts placed again from counts gathered while running, without a reload") {
+    kt::test::TempDir dir;
+    const std::string path = dir.file("tiny.gguf");
+    kt::test::write_tiny_model_file_or_fail(spec(), path);
+    kt_model_params cpu_params;
+    kt_model_params_init(&cpu_params);
+    kt_model *cpu = load(path, cpu_params);
+    const Run expected = run(cpu);
+    kt_model_free(cpu);
+
+    kt_model *m = load(path, standin_params(64ull << 20, 2));  // no counts: experts 0 and 1 of each layer
+    const std::string before = plan_of(m);
+    CHECK_THAT(before, Catch::Contains("layer 0: 2/8 experts [0 1]"));
+    REQUIRE(!run(m).tokens.empty());  // serving: the engine counts the routings
+    const std::string served = plan_of(m);
+    std::vector<uint64_t> counts;     // [n_layer][n_expert]
+    std::vector<uint64_t> c(8);
+    int64_t n = 0;
+    for (int64_t layer = 0; layer < 2; ++layer) {
+        REQUIRE(kt_model_expert_counts(m, layer, c.data(), 8, &n) == KT_STATUS_OK);
+        counts.insert(counts.end(), c.begin(), c.end());
+    }
+    REQUIRE(kt_model_device_replace(m, counts.data(), counts.size()) == KT_STATUS_OK);
+    const std::string after = plan_of(m);
+    INFO(after);
+    CHECK_THAT(after, Catch::Contains("hottest by activation counts"));
+    for (int64_t layer = 0; layer < 2; ++layer) {
+        std::vector<int32_t> order(8);
+        std::iota(order.begin(), order.end(), 0);
+        const uint64_t *row = counts.data() + layer * 8;
+        std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+        const int32_t lo = std::min(order[0], order[1]), hi = std::max(order[0], order[1]);
+        CHECK_THAT(after, Catch::Contains("layer " + std::to_string(layer) + ": 2/8 experts [" + std::to_string(lo) + " " +
+                                          std::to_string(hi) + "]"));
+    }
+    // The same bytes in use, and a new context's output is still the all-CPU one.
+    const auto in_use = [](const std::string &text) {
+        const size_t end = text.find(" bytes in use"), begin = text.rfind(' ', end - 1) + 1;
+        return text.substr(begin, end - begin);
+    };
+    CHECK(in_use(served) != "0");
+    CHECK(in_use(after) == in_use(served));
+    const Run got = run(m);
+    CHECK(got.tokens == expected.tokens);
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < got.logits.size(); ++i) {
+        worst = std::max(worst, static_cast<double>(std::fabs(got.logits[i] - expected.logits[i])));
+        scale = std::max(scale, static_cast<double>(std::fabs(expected.logits[i])));
+    }
+    CHECK(worst <= 1e-3 * scale);
+
+    CHECK(kt_model_device_replace(m, counts.data(), 5) == KT_STATUS_INVALID_ARGUMENT);
+    CHECK(kt_model_device_replace(m, nullptr, counts.size()) == KT_STATUS_INVALID_ARGUMENT);
+    kt_model_free(m);
+    kt_model *plain = load(path, cpu_params);
+    CHECK(kt_model_device_replace(plain, counts.data(), counts.size()) == KT_STATUS_NOT_FOUND);
+    kt_model_free(plain);
+    CHECK(kt_model_device_replace(nullptr, counts.data(), counts.size()) == KT_STATUS_INVALID_ARGUMENT);
+}

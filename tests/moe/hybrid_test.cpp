@@ -599,3 +599,62 @@ TEST_CASE("deferred: a layer's deferred job runs while the next layer's device w
     CHECK(m.chain->pending() == 0);
     CHECK(m.layers[2]->stats().device_rows == 3);
 }
+
+TEST_CASE("hybrid: experts placed again without a reload, within the same budget, keep the all-CPU result") {
+    const int64_t E = 8, H = 64, I = 32, T = 12;
+    const int32_t k = 3;
+    const test::ExpertWeights w = test::make_experts(KT_TYPE_BF16, KT_EXPERT_WEIGHTS_BF16, 0, E, H, I, 77);
+    const device::LayerShape shape = shape_of(w, T, k);
+    // Room for the work buffer and exactly 3 experts: a new set of 3 fits only if the old ones leave first.
+    std::shared_ptr<device::Device> dev = standin(device::workspace_bytes(shape) + 3 * device::expert_bytes(H, I));
+    std::unique_ptr<device::DeviceLayer> layer;
+    REQUIRE(dev->create_layer(shape, &layer).is_ok());
+    for (int64_t e : {1, 4, 6}) upload(*layer, w, e);
+    runtime::HybridFfn hybrid(make_pool(w, T, k), dev, std::move(layer), T, nullptr, 5);
+    REQUIRE(hybrid.init().is_ok());
+    CHECK(hybrid.replace({0, 2, 6}).code() == KT_STATUS_INVALID_ARGUMENT);  // no sources yet
+    auto stack = [&](const std::vector<uint8_t> &bytes, int64_t rows, int64_t cols) {
+        ops::MatrixStack s;
+        s.first = matrix_of(bytes, w.src_type, 0, rows, cols);
+        s.count = E;
+        s.stride = rows * s.first.row_bytes;
+        return s;
+    };
+    hybrid.set_sources(stack(w.gate, I, H), stack(w.up, I, H), stack(w.down, H, I));
+
+    std::unique_ptr<moe::ExpertPool> cpu_only = make_pool(w, T, k);
+    std::unique_ptr<ThreadPool> unused;
+    REQUIRE(ThreadPool::create(ThreadPoolOptions{}, &unused).is_ok());
+    const test::Routing r = test::make_routing(T, k, E, 99);
+    const std::vector<float> x = test::random_normal(static_cast<size_t>(T * H), 13);
+    const std::vector<float> want = pool_forward(*cpu_only, x, T, k, r.ids, r.weights);
+    const uint64_t used = dev->used_bytes();
+    int64_t device_rows = 0;
+    for (const std::vector<int32_t> &set : {std::vector<int32_t>{0, 2, 6}, std::vector<int32_t>{3, 5, 7}, std::vector<int32_t>{},
+                                            std::vector<int32_t>{1, 2}}) {
+        REQUIRE(hybrid.replace(set).is_ok());
+        std::vector<uint8_t> mask(static_cast<size_t>(E), 0);
+        for (int32_t e : set) mask[static_cast<size_t>(e)] = 1;
+        CHECK(hybrid.layer().resident_mask() == mask);
+        CHECK(dev->used_bytes() == used - (3 - set.size()) * device::expert_bytes(H, I));
+        std::vector<float> y(x.size());
+        REQUIRE(hybrid.forward(x.data(), T, r.ids.data(), r.weights.data(), k, y.data(), *unused).is_ok());
+        INFO("device experts " << set.size());
+        CHECK(worst_difference(y, want) <= 1e-3 * max_abs(want));
+        int64_t rows = 0;  // the device computed exactly the rows of the new set
+        for (int32_t e : r.ids) rows += e >= 0 && mask[static_cast<size_t>(e)];
+        device_rows += rows;
+        CHECK(hybrid.stats().device_rows == device_rows);
+    }
+    const Status bad = hybrid.replace({8});
+    CHECK(bad.code() == KT_STATUS_INVALID_ARGUMENT);
+    CHECK_THAT(bad.message(), Catch::Contains("expert 8 out of range"));
+    // Four experts do not fit: the upload that fails is refused, and the split stays whole.
+    const Status full = hybrid.replace({0, 1, 2, 3});
+    CHECK(full.code() == KT_STATUS_OUT_OF_MEMORY);
+    CHECK(dev->used_bytes() <= dev->budget_bytes());
+    std::vector<float> y(x.size());
+    REQUIRE(hybrid.forward(x.data(), T, r.ids.data(), r.weights.data(), k, y.data(), *unused).is_ok());
+    CHECK(worst_difference(y, want) <= 1e-3 * max_abs(want));
+    CHECK(hybrid.layer().n_resident() == 3);
+}

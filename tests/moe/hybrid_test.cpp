@@ -658,3 +658,52 @@ TEST_CASE("hybrid: experts placed again without a reload, within the same budget
     CHECK(worst_difference(y, want) <= 1e-3 * max_abs(want));
     CHECK(hybrid.layer().n_resident() == 3);
 }
+
+TEST_CASE("hybrid: placing experts again while another thread runs the layer never gives a half-switched result") {
+    const int64_t E = 8, H = 64, I = 32, T = 4;
+    const int32_t k = 3;
+    const test::ExpertWeights w = test::make_experts(KT_TYPE_BF16, KT_EXPERT_WEIGHTS_BF16, 0, E, H, I, 78);
+    std::shared_ptr<device::Device> dev = standin(1ull << 30);
+    std::unique_ptr<device::DeviceLayer> layer;
+    REQUIRE(dev->create_layer(shape_of(w, T, k), &layer).is_ok());
+    runtime::HybridFfn hybrid(make_pool(w, T, k), dev, std::move(layer), T, nullptr, 0);
+    REQUIRE(hybrid.init().is_ok());
+    auto stack = [&](const std::vector<uint8_t> &bytes, int64_t rows, int64_t cols) {
+        ops::MatrixStack s;
+        s.first = matrix_of(bytes, w.src_type, 0, rows, cols);
+        s.count = E;
+        s.stride = rows * s.first.row_bytes;
+        return s;
+    };
+    hybrid.set_sources(stack(w.gate, I, H), stack(w.up, I, H), stack(w.down, H, I));
+    std::unique_ptr<moe::ExpertPool> cpu_only = make_pool(w, T, k);
+    const test::Routing r = test::make_routing(T, k, E, 123);
+    const std::vector<float> x = test::random_normal(static_cast<size_t>(T * H), 14);
+    const std::vector<float> want = pool_forward(*cpu_only, x, T, k, r.ids, r.weights);
+
+    // The worker keeps its results; they are checked here, on the test's thread, once it has joined.
+    std::atomic<bool> stop{false};
+    std::vector<std::vector<float>> results;
+    bool worker_ok = true;
+    std::thread worker([&] {
+        std::unique_ptr<ThreadPool> unused;
+        worker_ok = ThreadPool::create(ThreadPoolOptions{}, &unused).is_ok();
+        while (worker_ok && !stop.load()) {
+            std::vector<float> y(x.size());
+            worker_ok = hybrid.forward(x.data(), T, r.ids.data(), r.weights.data(), k, y.data(), *unused).is_ok();
+            results.push_back(std::move(y));
+        }
+    });
+    bool replaced = true;
+    for (int i = 0; i < 30 && replaced; ++i)
+        replaced = hybrid.replace({static_cast<int32_t>(i % E), static_cast<int32_t>((i * 3 + 1) % E)}).is_ok();
+    stop = true;
+    worker.join();
+    REQUIRE(replaced);
+    REQUIRE(worker_ok);
+    REQUIRE(!results.empty());
+    double worst = 0;
+    for (const std::vector<float> &y : results) worst = std::max(worst, worst_difference(y, want));
+    INFO(results.size() << " calls during 30 switches");
+    CHECK(worst <= 1e-3 * max_abs(want));
+}

@@ -7,7 +7,8 @@ namespace kt::runtime {
 HybridFfn::HybridFfn(std::unique_ptr<moe::ExpertPool> pool, std::shared_ptr<device::Device> device,
                      std::unique_ptr<device::DeviceLayer> layer, int64_t max_tokens,
                      std::shared_ptr<DeferredChain> chain, int64_t model_layer)
-    : chain_(std::move(chain)), model_layer_(model_layer), pool_(std::move(pool)), device_(std::move(device)), layer_(std::move(layer)), n_(pool_->config().n_experts),
+    : chain_(std::move(chain)), model_layer_(model_layer), pool_(std::move(pool)), device_(std::move(device)),
+      layer_(std::move(layer)), n_(pool_->config().n_experts),
       hidden_(pool_->config().hidden), intermediate_(pool_->config().intermediate), max_tokens_(max_tokens),
       dev_out_(static_cast<size_t>(max_tokens * pool_->config().hidden)), counter_(pool_->config().n_experts) {}
 

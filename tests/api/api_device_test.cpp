@@ -104,6 +104,33 @@ std::string plan_of(const kt_model *m) {
     return text;
 }
 
+// Whether the plan puts each layer's two hottest experts by counts ([2 layers][8 experts]) on the device, as
+// "layer L: 2/8 experts [lo hi]" (ties to the lower id).
+void check_two_hottest(const std::string &plan, const std::vector<uint64_t> &counts) {
+    INFO(plan);
+    CHECK_THAT(plan, Catch::Contains("hottest by activation counts"));
+    for (int64_t layer = 0; layer < 2; ++layer) {
+        std::vector<int32_t> order(8);
+        std::iota(order.begin(), order.end(), 0);
+        const uint64_t *row = counts.data() + layer * 8;
+        std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+        const int32_t lo = std::min(order[0], order[1]), hi = std::max(order[0], order[1]);
+        CHECK_THAT(plan, Catch::Contains("layer " + std::to_string(layer) + ": 2/8 experts [" + std::to_string(lo) + " " +
+                                         std::to_string(hi) + "]"));
+    }
+}
+
+// The largest difference between two runs' logits, relative to the largest logit of `expected`.
+double relative_worst(const std::vector<float> &got, const std::vector<float> &expected) {
+    REQUIRE(got.size() == expected.size());
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        worst = std::max(worst, static_cast<double>(std::fabs(got[i] - expected[i])));
+        scale = std::max(scale, static_cast<double>(std::fabs(expected[i])));
+    }
+    return scale > 0 ? worst / scale : worst;
+}
+
 kt_model_params standin_params(uint64_t budget, int64_t experts) {
     kt_model_params p;
     kt_model_params_init(&p);
@@ -136,13 +163,7 @@ TEST_CASE("device api: the stand-in device gives the all-CPU model's greedy toke
         // Same tokens; logits within what a different order of summing the experts' outputs moves them (both
         // sides compute each expert from the same BF16 weights and BF16-rounded activations), through 2 layers.
         CHECK(got.tokens == expected.tokens);
-        REQUIRE(got.logits.size() == expected.logits.size());
-        double worst = 0, scale = 0;
-        for (size_t i = 0; i < got.logits.size(); ++i) {
-            worst = std::max(worst, static_cast<double>(std::fabs(got.logits[i] - expected.logits[i])));
-            scale = std::max(scale, static_cast<double>(std::fabs(expected.logits[i])));
-        }
-        CHECK(worst <= 1e-3 * scale);
+        CHECK(relative_worst(got.logits, expected.logits) <= 1e-3);
         const std::string after = plan_of(hybrid);
         INFO(after);
         CHECK_THAT(after, Catch::Contains("split: "));
@@ -189,18 +210,7 @@ TEST_CASE("device api: activation counts are recorded, and placement by them put
     hp.device_expert_counts = all.data();
     hp.device_expert_counts_len = all.size();
     kt_model *hybrid = load(path, hp);
-    const std::string text = plan_of(hybrid);
-    INFO(text);
-    CHECK_THAT(text, Catch::Contains("hottest by activation counts"));
-    for (int64_t layer = 0; layer < 2; ++layer) {
-        std::vector<int32_t> order(8);
-        std::iota(order.begin(), order.end(), 0);
-        const uint64_t *row = all.data() + layer * 8;
-        std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
-        const int32_t lo = std::min(order[0], order[1]), hi = std::max(order[0], order[1]);
-        CHECK_THAT(text, Catch::Contains("layer " + std::to_string(layer) + ": 2/8 experts [" + std::to_string(lo) + " " +
-                                         std::to_string(hi) + "]"));
-    }
+    check_two_hottest(plan_of(hybrid), all);
     kt_model_free(hybrid);
     hp.device_expert_counts_len = 3;  // not n_layer * n_expert
     kt_status s = KT_STATUS_OK;
@@ -268,19 +278,14 @@ TEST_CASE("device api: deferred experts land one layer late, only where somethin
     REQUIRE(jobs != std::string::npos);
     CHECK(std::stoll(text.substr(jobs + 14)) > 0);  // and the next layer took them
     kt_model_free(deferring);
-    REQUIRE(got.size() == undeferred.size());
-    double worst = 0, scale = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-        REQUIRE(std::isfinite(got[i]));
-        worst = std::max(worst, static_cast<double>(std::fabs(got[i] - undeferred[i])));
-        scale = std::max(scale, static_cast<double>(std::fabs(undeferred[i])));
-    }
+    for (float v : got) REQUIRE(std::isfinite(v));
+    const double moved = relative_worst(got, undeferred);
     // The deferral changed the numbers (a lone token's lighter CPU expert entered one layer late), and not by more
     // than the expert's share of the logits: in this random top-2 model (the deferred expert is half of a token's
     // experts) they move by about 0.2 of their scale.
-    INFO("deferring 1 of 2 experts per token: logits move by up to " << worst / scale << " of their scale");
-    CHECK(worst > 1e-3 * scale);
-    CHECK(worst < 0.5 * scale);
+    INFO("deferring 1 of 2 experts per token: logits move by up to " << moved << " of their scale");
+    CHECK(moved > 1e-3);
+    CHECK(moved < 0.5);
 
     // Every expert on the device: nothing is ever deferred, and the numbers are exactly the undeferred ones.
     kt_model *all_plain = load(path, standin_params(64ull << 20, 8));
@@ -332,17 +337,7 @@ TEST_CASE("device api: experts placed again from counts gathered while running, 
     }
     REQUIRE(kt_model_device_replace(m, counts.data(), counts.size()) == KT_STATUS_OK);
     const std::string after = plan_of(m);
-    INFO(after);
-    CHECK_THAT(after, Catch::Contains("hottest by activation counts"));
-    for (int64_t layer = 0; layer < 2; ++layer) {
-        std::vector<int32_t> order(8);
-        std::iota(order.begin(), order.end(), 0);
-        const uint64_t *row = counts.data() + layer * 8;
-        std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
-        const int32_t lo = std::min(order[0], order[1]), hi = std::max(order[0], order[1]);
-        CHECK_THAT(after, Catch::Contains("layer " + std::to_string(layer) + ": 2/8 experts [" + std::to_string(lo) + " " +
-                                          std::to_string(hi) + "]"));
-    }
+    check_two_hottest(after, counts);
     // The same bytes in use, and a new context's output is still the all-CPU one.
     const auto in_use = [](const std::string &text) {
         const size_t end = text.find(" bytes in use"), begin = text.rfind(' ', end - 1) + 1;
@@ -352,12 +347,7 @@ TEST_CASE("device api: experts placed again from counts gathered while running, 
     CHECK(in_use(after) == in_use(served));
     const Run got = run(m);
     CHECK(got.tokens == expected.tokens);
-    double worst = 0, scale = 0;
-    for (size_t i = 0; i < got.logits.size(); ++i) {
-        worst = std::max(worst, static_cast<double>(std::fabs(got.logits[i] - expected.logits[i])));
-        scale = std::max(scale, static_cast<double>(std::fabs(expected.logits[i])));
-    }
-    CHECK(worst <= 1e-3 * scale);
+    CHECK(relative_worst(got.logits, expected.logits) <= 1e-3);
 
     CHECK(kt_model_device_replace(m, counts.data(), 5) == KT_STATUS_INVALID_ARGUMENT);
     CHECK(kt_model_device_replace(m, nullptr, counts.size()) == KT_STATUS_INVALID_ARGUMENT);

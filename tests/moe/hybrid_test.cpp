@@ -71,6 +71,18 @@ void upload(device::DeviceLayer &layer, const test::ExpertWeights &w, int64_t e)
                 .is_ok());
 }
 
+// The hybrid layer's sources for replace(): w's experts as stacks of matrices.
+void set_sources(runtime::HybridFfn &hybrid, const test::ExpertWeights &w) {
+    auto stack = [&](const std::vector<uint8_t> &bytes, int64_t rows, int64_t cols) {
+        ops::MatrixStack s;
+        s.first = matrix_of(bytes, w.src_type, 0, rows, cols);
+        s.count = w.experts;
+        s.stride = rows * s.first.row_bytes;
+        return s;
+    };
+    hybrid.set_sources(stack(w.gate, w.inter, w.hidden), stack(w.up, w.inter, w.hidden), stack(w.down, w.hidden, w.inter));
+}
+
 std::shared_ptr<device::Device> standin(uint64_t budget, std::function<void()> hook = nullptr) {
     device::DeviceOptions o;
     o.kind = device::Kind::kCpuStandIn;
@@ -613,14 +625,7 @@ TEST_CASE("hybrid: experts placed again without a reload, within the same budget
     runtime::HybridFfn hybrid(make_pool(w, T, k), dev, std::move(layer), T, nullptr, 5);
     REQUIRE(hybrid.init().is_ok());
     CHECK(hybrid.replace({0, 2, 6}).code() == KT_STATUS_INVALID_ARGUMENT);  // no sources yet
-    auto stack = [&](const std::vector<uint8_t> &bytes, int64_t rows, int64_t cols) {
-        ops::MatrixStack s;
-        s.first = matrix_of(bytes, w.src_type, 0, rows, cols);
-        s.count = E;
-        s.stride = rows * s.first.row_bytes;
-        return s;
-    };
-    hybrid.set_sources(stack(w.gate, I, H), stack(w.up, I, H), stack(w.down, H, I));
+    set_sources(hybrid, w);
 
     std::unique_ptr<moe::ExpertPool> cpu_only = make_pool(w, T, k);
     std::unique_ptr<ThreadPool> unused;
@@ -668,14 +673,7 @@ TEST_CASE("hybrid: placing experts again while another thread runs the layer nev
     REQUIRE(dev->create_layer(shape_of(w, T, k), &layer).is_ok());
     runtime::HybridFfn hybrid(make_pool(w, T, k), dev, std::move(layer), T, nullptr, 0);
     REQUIRE(hybrid.init().is_ok());
-    auto stack = [&](const std::vector<uint8_t> &bytes, int64_t rows, int64_t cols) {
-        ops::MatrixStack s;
-        s.first = matrix_of(bytes, w.src_type, 0, rows, cols);
-        s.count = E;
-        s.stride = rows * s.first.row_bytes;
-        return s;
-    };
-    hybrid.set_sources(stack(w.gate, I, H), stack(w.up, I, H), stack(w.down, H, I));
+    set_sources(hybrid, w);
     std::unique_ptr<moe::ExpertPool> cpu_only = make_pool(w, T, k);
     const test::Routing r = test::make_routing(T, k, E, 123);
     const std::vector<float> x = test::random_normal(static_cast<size_t>(T * H), 14);
@@ -683,8 +681,9 @@ TEST_CASE("hybrid: placing experts again while another thread runs the layer nev
 
     // The worker keeps its results; they are checked here, on the test's thread, once it has joined.
     std::atomic<bool> stop{false};
+    std::atomic<int64_t> calls{0};
     std::vector<std::vector<float>> results;
-    bool worker_ok = true;
+    std::atomic<bool> worker_ok{true};
     std::thread worker([&] {
         std::unique_ptr<ThreadPool> unused;
         worker_ok = ThreadPool::create(ThreadPoolOptions{}, &unused).is_ok();
@@ -692,16 +691,22 @@ TEST_CASE("hybrid: placing experts again while another thread runs the layer nev
             std::vector<float> y(x.size());
             worker_ok = hybrid.forward(x.data(), T, r.ids.data(), r.weights.data(), k, y.data(), *unused).is_ok();
             results.push_back(std::move(y));
+            calls.fetch_add(1);
         }
     });
+    // Each switch waits (up to 10 s) for a call after the one before, so calls and switches interleave.
     bool replaced = true;
-    for (int i = 0; i < 30 && replaced; ++i)
+    for (int i = 0; i < 30 && replaced; ++i) {
+        const int64_t seen = calls.load();
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (calls.load() == seen && worker_ok && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
         replaced = hybrid.replace({static_cast<int32_t>(i % E), static_cast<int32_t>((i * 3 + 1) % E)}).is_ok();
+    }
     stop = true;
     worker.join();
     REQUIRE(replaced);
     REQUIRE(worker_ok);
-    REQUIRE(!results.empty());
+    CHECK(results.size() >= 30);
     double worst = 0;
     for (const std::vector<float> &y : results) worst = std::max(worst, worst_difference(y, want));
     INFO(results.size() << " calls during 30 switches");

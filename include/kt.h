@@ -228,7 +228,7 @@ typedef struct kt_model_params {
        runs, their output added to the next MoE layer's (as KTransformers' max_deferred_experts_per_token). Each
        token keeps at least its highest-weighted expert in its own layer, an expert some token of the batch keeps is
        kept for all, the device's experts are never deferred, and the last MoE layer and batches of more than 512
-       tokens defer nothing. 0 (default): none; it changes the numbers (1 to 4 keep them close); negative:
+       tokens defer nothing. 0 (default): none; it changes the numbers (KTransformers suggests 1 to 4); negative:
        KT_STATUS_INVALID_ARGUMENT, as is any value without a device. kt_model_device_plan counts the deferred rows. */
     int32_t device_deferred_experts;
     int32_t reserved2;          /* must be 0 */

@@ -153,7 +153,7 @@ inline const char *device_usage() {
            "      --device-budget B   device memory for the experts and the work buffer (e.g. 20G)\n"
            "      --device-experts N  experts per MoE layer on the device (default 0: as many as fit)\n"
            "      --device-deferred N at most N of each token's lowest-weighted CPU experts land one MoE layer\n"
-           "                          late, computed while the next layer runs (default 0; 1-4 keep the numbers close)\n";
+           "                          late, computed while the next layer runs (default 0; it changes the numbers)\n";
 }
 
 // The placement (and, once the model ran, the CPU/device split) as kt_model_device_plan gives it; "" without one.

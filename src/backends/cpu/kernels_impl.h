@@ -121,17 +121,27 @@ struct Kernels {
         auto add = [&](size_t offset, int64_t per_panel) {
             if (offset != 0) sp.add(w.data + offset + next_panel * per_panel, per_panel);
         };
-        constexpr int64_t kGscaleBytes = T == PackedType::kInt4                                  ? 4
-                                         : T == PackedType::kQ8_0 || T == PackedType::kQ4_0 ? 2
-                                         : T == PackedType::kInt8                             ? 0
-                                                                                              : 1;
         add(L.hbits, L.tiles_per_half * 2 * kHbitsPerTile<T>);
-        if constexpr (kGscaleBytes > 0) add(L.gscale, L.groups * kPanel * kGscaleBytes);
+        if constexpr (kGscaleBytes<T> > 0) add(L.gscale, L.groups * kPanel * kGscaleBytes<T>);
         add(L.gmin, L.groups * kPanel);
         add(L.sscale, L.superblocks * kPanel * 2);
         add(L.smin, L.superblocks * kPanel * 2);
         return sp;
     }
+
+    // The shares [n * i / parts, n * (i + 1) / parts) of n items over `parts`, for i = first, first + 1, ... in turn,
+    // stepped without a division: a division per tile and side array was a visible part of a one-token GEMV.
+    struct EvenShares {
+        int64_t lo = 0, parts = 1, q = 0, r = 0, rem = 0;  // n = q * parts + r; rem = (r * i) mod parts
+        EvenShares() = default;
+        EvenShares(int64_t n, int64_t parts_, int64_t first)
+            : lo(n * first / parts_), parts(parts_), q(n / parts_), r(n % parts_), rem(n * first % parts_) {}
+        int64_t count() const { return q + (rem + r >= parts ? 1 : 0); }  // of share i
+        void next() {
+            lo += count();
+            rem = rem + r >= parts ? rem + r - parts : rem + r;
+        }
+    };
 
     struct VecPos {
         int half;      // which half panel
@@ -175,33 +185,65 @@ struct Kernels {
         }
     }
 
-    // Group scale S_g (and min M_g) of the kW columns starting at panel column `col`.
+    // Bytes of one column's group scale in L.gscale.
     template <PackedType T>
-    static void group_scale(const PackedMatrix &w, int64_t p, int64_t g, int col, VF *scale, VF *min) {
-        const PackedLayout &L = w.layout;
-        const int64_t gi = (p * L.groups + g) * kPanel + col;
-        const int64_t sb = (g * L.group + L.superblock_k_offset) / 256;
-        const int64_t si = (p * L.superblocks + sb) * kPanel + col;
-        const uint8_t *d = w.data;
-        if constexpr (T == PackedType::kInt4) {
-            *scale = S::mul(S::loadf(reinterpret_cast<const float *>(d + L.gscale) + gi), S::fset1(16.0f));
-        } else if constexpr (T == PackedType::kQ8_0 || T == PackedType::kQ4_0) {
-            *scale = S::loadf_f16(reinterpret_cast<const uint16_t *>(d + L.gscale) + gi);
-        } else if constexpr (T == PackedType::kIq4Xs || T == PackedType::kQ6_K) {
-            *scale = S::mul(S::loadf_f16(reinterpret_cast<const uint16_t *>(d + L.sscale) + si),
-                            S::loadf_i8(reinterpret_cast<const int8_t *>(d + L.gscale) + gi));
-        } else if constexpr (T == PackedType::kMxfp4) {
-            // 2^(e - 128) as the product of two normal powers of two, 2^(a - 127) · 2^(b - 127) with a + b = e + 126:
-            // exact for every byte, including the subnormal scales of e = 0 and 1 (one factor alone cannot reach them).
-            const VI e = S::cvt_round(S::loadf_u8(d + L.gscale + gi));
-            const VI half = S::template srl16<1>(e);  // e < 256: the 16-bit shift is the 32-bit one
-            const VI a = S::add32(half, S::set1_32(63)), b = S::add32(S::sub32(e, half), S::set1_32(63));
-            *scale = S::mul(S::castf(S::sll32_23(a)), S::castf(S::sll32_23(b)));
-        } else if constexpr (T == PackedType::kQ4_K || T == PackedType::kQ5_K) {
-            *scale = S::mul(S::loadf_f16(reinterpret_cast<const uint16_t *>(d + L.sscale) + si), S::loadf_u8(d + L.gscale + gi));
-            *min = S::mul(S::loadf_f16(reinterpret_cast<const uint16_t *>(d + L.smin) + si), S::loadf_u8(d + L.gmin + gi));
+    static constexpr int64_t kGscaleBytes = T == PackedType::kInt4                                  ? 4
+                                            : T == PackedType::kQ8_0 || T == PackedType::kQ4_0 ? 2
+                                            : T == PackedType::kInt8                             ? 0
+                                                                                                 : 1;
+
+    // The scale arrays of panel p, walked one scale group at a time.
+    // The GEMM's flush reads each group's scale (and min) through these moving pointers: indexing the arrays afresh
+    // (products, a division by the super-block) took a dozen scalar instructions per group and column vector, which at
+    // one activation row outweighed the vector work (perf on Zen 4: most of a one-token Q6_K GEMV's samples fell on
+    // scalar instructions).
+    template <PackedType T>
+    struct ScaleCursor {
+        const uint8_t *gscale, *gmin, *sscale, *smin;  // this group's and this super-block's entries
+        int64_t groups_per_superblock, groups_left;     // groups left in this super-block
+
+        ScaleCursor(const PackedMatrix &w, int64_t p) {
+            const PackedLayout &L = w.layout;
+            const int64_t gi = p * L.groups * kPanel, si = p * L.superblocks * kPanel;
+            gscale = w.data + L.gscale + gi * kGscaleBytes<T>;
+            gmin = w.data + L.gmin + gi;
+            sscale = w.data + L.sscale + si * 2;
+            smin = w.data + L.smin + si * 2;
+            groups_per_superblock = L.superblocks > 0 ? 256 / L.group : 0;
+            groups_left = L.superblocks > 0 ? (256 - L.superblock_k_offset) / L.group : 0;
         }
-    }
+        void next() {
+            gscale += kPanel * kGscaleBytes<T>;
+            gmin += kPanel;
+            if (--groups_left == 0) {
+                sscale += kPanel * 2;
+                smin += kPanel * 2;
+                groups_left = groups_per_superblock;
+            }
+        }
+        // S_g (and M_g) of the current group, for the kW columns starting at panel column `col`.
+        void load(int col, VF *scale, VF *min) const {
+            const uint8_t *gs = gscale + col * kGscaleBytes<T>, *ss = sscale + col * 2;
+            if constexpr (T == PackedType::kInt4) {
+                *scale = S::mul(S::loadf(reinterpret_cast<const float *>(gs)), S::fset1(16.0f));
+            } else if constexpr (T == PackedType::kQ8_0 || T == PackedType::kQ4_0) {
+                *scale = S::loadf_f16(reinterpret_cast<const uint16_t *>(gs));
+            } else if constexpr (T == PackedType::kIq4Xs || T == PackedType::kQ6_K) {
+                *scale = S::mul(S::loadf_f16(reinterpret_cast<const uint16_t *>(ss)),
+                                S::loadf_i8(reinterpret_cast<const int8_t *>(gs)));
+            } else if constexpr (T == PackedType::kMxfp4) {
+                // 2^(e - 128) as the product of two normal powers of two, 2^(a - 127) · 2^(b - 127) with a + b = e + 126:
+                // exact for every byte, including the subnormal scales of e = 0 and 1 (one factor alone cannot reach them).
+                const VI e = S::cvt_round(S::loadf_u8(gs));
+                const VI half = S::template srl16<1>(e);  // e < 256: the 16-bit shift is the 32-bit one
+                const VI a = S::add32(half, S::set1_32(63)), b = S::add32(S::sub32(e, half), S::set1_32(63));
+                *scale = S::mul(S::castf(S::sll32_23(a)), S::castf(S::sll32_23(b)));
+            } else if constexpr (T == PackedType::kQ4_K || T == PackedType::kQ5_K) {
+                *scale = S::mul(S::loadf_f16(reinterpret_cast<const uint16_t *>(ss)), S::loadf_u8(gs));
+                *min = S::mul(S::loadf_f16(reinterpret_cast<const uint16_t *>(smin + col * 2)), S::loadf_u8(gmin + col));
+            }
+        }
+    };
 
     // One block: rows [0, mr) x the kNV column vectors starting at panel column c0 of panel p, whole K.
     // kKpg: K steps of 4 per scale group (4, 8, 16, 32), or 0 for one group over the whole K (kInt8).
@@ -216,8 +258,14 @@ struct Kernels {
         constexpr int kUMax = Fmt<T>::kUMax;
         // Independent int32 accumulator chains per output vector: consecutive K steps alternate between them, so
         // that mr * kNV * kSplit chains hide the latency of an accumulating vpdpbusd (integer sums: exact in any
-        // order, so the split does not change results).
-        constexpr int kSplit = S::kLatencyBoundDot ? (mr >= 3 ? 1 : 4 / mr) : 1;
+        // order, so the split does not change results). Short scale groups (at most 8 K steps) need no split: every
+        // flush restarts the chains, so the chains of consecutive groups are independent and overlap anyway, and a
+        // split costs a register copy per step and the adds that join the chains. One activation row on Zen 4,
+        // in cache (bench_gemm BM_gemm_cached/<type>/avx512-vnni-bf16/1, best of 3 rounds): Q6_K 63 -> 74 GOP/s,
+        // Q4_K 108 -> 123, Q4_0 136 -> 152, IQ4_XS 123 -> 134, Q8_0 150 -> 152; but Q5_K 82 -> 74, so Q5_K, whose
+        // high bits go through a mask register per step, keeps its split.
+        constexpr bool kShortGroups = kKpg != 0 && kKpg <= 8 && T != PackedType::kQ5_K;
+        constexpr int kSplit = S::kLatencyBoundDot && mr < 3 && !kShortGroups ? 4 / mr : 1;
         const PackedLayout &L = w.layout;
         const VecPos vp[kNV] = {vec_pos(c0, 0), vec_pos(c0, 1)};
         VI table = S::zero();
@@ -244,10 +292,11 @@ struct Kernels {
             return t;
         };
 
+        ScaleCursor<T> scales(w, p);
         auto flush = [&](int64_t g) {
             for (int v = 0; v < kNV; ++v) {
                 VF scale = S::fzero(), min = S::fzero();
-                group_scale<T>(w, p, g, vp[v].col, &scale, &min);
+                scales.load(vp[v].col, &scale, &min);
                 for (int m = 0; m < mr; ++m) {
                     if constexpr (Fmt<T>::kMins) {
                         accf[m][v] = S::fmadd(S::cvt(isum(m, v)), scale, accf[m][v]);
@@ -260,9 +309,13 @@ struct Kernels {
                     for (int j = 0; j < kSplit; ++j) acci[m][v][j] = S::zero();
                 }
             }
+            scales.next();
         };
 
         const int64_t tile_k4 = Fmt<T>::kNibble ? 32 : 16;  // K steps of 4 per tile
+        // Tile s prefetches lines [lines * s / tiles, lines * (s + 1) / tiles) of each side array.
+        EvenShares side_share[SidePrefetch::kMax];
+        for (int i = 0; pf && i < side.n; ++i) side_share[i] = EvenShares(side.lines[i], L.tiles_per_half, pf_lo);
         int64_t g = 0;
         for (int64_t s = 0; s < L.tiles_per_half; ++s) {
             const uint8_t *tb[kNV];
@@ -272,8 +325,9 @@ struct Kernels {
             constexpr int kChunks = kParts * 16 / kRowsPerFlush;  // row blocks per tile
             int64_t side_lo[SidePrefetch::kMax], side_count[SidePrefetch::kMax];
             for (int i = 0; prefetching && i < side.n; ++i) {
-                side_lo[i] = side.lines[i] * s / L.tiles_per_half;
-                side_count[i] = side.lines[i] * (s + 1) / L.tiles_per_half - side_lo[i];
+                side_lo[i] = side_share[i].lo;
+                side_count[i] = side_share[i].count();
+                side_share[i].next();
             }
             for (int v = 0; v < kNV; ++v) {
                 tb[v] = w.tile(p, s, vp[v].half) + vp[v].byte_off;
@@ -475,10 +529,11 @@ struct Kernels {
             }
         }
         const VI sign = S::set1_32(static_cast<int32_t>(0x80000000u));
-        for (int64_t g = 0; g < L.groups; ++g) {
+        ScaleCursor<T> scales(w, p);
+        for (int64_t g = 0; g < L.groups; ++g, scales.next()) {
             for (int col = 0; col < kPanel; col += kW) {
                 VF s = S::fzero(), mn = S::fzero();
-                group_scale<T>(w, p, g, col, &s, &mn);
+                scales.load(col, &s, &mn);
                 S::storef(scale + g * kPanel + col, s);
                 // -min by its sign bit: fma(-min, x, acc) is then fnma(min, x, acc) bit for bit, zeros included.
                 if constexpr (Fmt<T>::kMins) S::storef(neg_min + g * kPanel + col, S::castf(S::xor_(S::casti(mn), sign)));

@@ -270,6 +270,43 @@ TEST_CASE("jinja limits: repetition, joins and growth are bounded in work and by
     CHECK(s.message().find("KiB") != std::string::npos);
 }
 
+TEST_CASE("jinja limits: a smaller budget cuts a render off sooner, with the same checks and messages") {
+    // What the chat template fuzz target renders with: each template below fits the defaults and none of these.
+    jinja::Limits small;
+    small.steps = 20000;
+    small.value_bytes = 1 << 20;
+    small.output_bytes = 1 << 20;
+    struct Case {
+        const char *source;
+        const char *message;
+    };
+    const Case cases[] = {
+        {"{% for i in range(10000) %}{{ i }}{% endfor %}", "runs too long (more than 20000 steps)"},
+        {"{{ ('x' * 2000000) | length }}", "larger than the 1 MiB a template value may hold"},
+        {"{% for i in range(3) %}{{ 'x' * 600000 }}{% endfor %}", "the rendered text exceeds 1 MiB"},
+    };
+    for (const Case &c : cases) {
+        std::unique_ptr<jinja::Template> t;
+        REQUIRE(jinja::Template::parse(c.source, &t).is_ok());
+        std::string defaults, limited = "untouched";
+        INFO(c.source);
+        CHECK(t->render(jinja::Value::dict(), &defaults).is_ok());
+        const Status s = t->render(jinja::Value::dict(), &limited, nullptr, small);
+        INFO(s.message());
+        CHECK(s.code() == KT_STATUS_UNSUPPORTED);
+        CHECK(s.message().find("chat template line 1") != std::string::npos);
+        CHECK(s.message().find(c.message) != std::string::npos);
+        CHECK(limited == "untouched");
+    }
+    // Inside the budget the text is the same.
+    std::unique_ptr<jinja::Template> t;
+    REQUIRE(jinja::Template::parse("{% for i in range(20) %}{{ i }},{% endfor %}", &t).is_ok());
+    std::string defaults, limited;
+    REQUIRE(t->render(jinja::Value::dict(), &defaults).is_ok());
+    REQUIRE(t->render(jinja::Value::dict(), &limited, nullptr, small).is_ok());
+    CHECK(limited == defaults);
+}
+
 TEST_CASE("jinja limits: dicts with many keys are hashed, so building them is linear") {
     // 200,000 keys through the context and through dict(): quadratic before (a linear search per key).
     std::string ctx = "{\"d\": {";

@@ -196,7 +196,7 @@ Status render_chat(const Vocab &vocab, const std::vector<ChatMessage> &messages,
     std::unique_ptr<jinja::Template> tmpl;
     KT_TRY(jinja::Template::parse(source, &tmpl));
     std::string text;
-    KT_TRY(tmpl->render(jinja::Value::dict(std::move(context)), &text));
+    KT_TRY(tmpl->render(jinja::Value::dict(std::move(context)), &text, nullptr, options.limits));
     if (vocab.add_bos() && !bos.empty() && text.compare(0, bos.size(), bos) == 0) text.erase(0, bos.size());
     out->append(text);
     return Status::ok();

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "model/tokenizer/jinja.h"
 #include "model/tokenizer/vocab.h"
 
 namespace kt::tokenizer {
@@ -33,6 +34,7 @@ struct ChatOptions {
     std::string template_name;       // a built-in family or a tokenizer.chat_template.<name>; "" for the default
     std::string template_source;     // a Jinja template overriding everything else; "" for none
     std::string extra_context_json;  // a JSON object of further template variables, e.g. {"enable_thinking": false}
+    jinja::Limits limits;            // the render's budgets: kt.h always uses the defaults (jinja.h)
 };
 
 // The built-in family templates' names, and the source of one (nullptr for an unknown name).

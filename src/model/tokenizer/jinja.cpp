@@ -1114,7 +1114,7 @@ std::string describe(const Value &v) {
 
 class Renderer {
 public:
-    Renderer(const Source &src, std::string *out) : src_(src), out_(out) {}
+    Renderer(const Source &src, const Limits &limits, std::string *out) : src_(src), limits_(limits), out_(out) {}
 
     void run(const Body &body, const Value &context) {
         scopes_.emplace_back();
@@ -1141,8 +1141,8 @@ private:
 
     uint64_t work_done() const { return steps_ + bytes_worked_ / kBytesPerStep; }
     void check_work(size_t pos) const {
-        if (work_done() > kMaxSteps)
-            error(pos, "the template runs too long (more than " + std::to_string(kMaxSteps) + " steps)");
+        if (work_done() > limits_.steps)
+            error(pos, "the template runs too long (more than " + std::to_string(limits_.steps) + " steps)");
     }
     void step(size_t pos, uint64_t steps = 1) {
         steps_ += steps;
@@ -1154,13 +1154,13 @@ private:
     }
     // A value of `bytes` is about to be built (its bytes copied or written): within the limit, and paid for.
     void reserve(uint64_t bytes, size_t pos) {
-        if (bytes > kMaxValueBytes) too_large(bytes, pos);
+        if (bytes > limits_.value_bytes) too_large(bytes, pos);
         largest_value_ = std::max(largest_value_, bytes);
         work(bytes, pos);
     }
     [[noreturn]] void too_large(uint64_t bytes, size_t pos) const {
         error(pos, "a value of " + (bytes == UINT64_MAX ? std::string("more than 2^64") : std::to_string(bytes)) +
-                       " bytes is larger than the " + std::to_string(kMaxValueBytes >> 20) + " MiB a template value may hold");
+                       " bytes is larger than the " + std::to_string(limits_.value_bytes >> 20) + " MiB a template value may hold");
     }
     static uint64_t times(uint64_t a, uint64_t b) {
         uint64_t r;
@@ -1186,17 +1186,17 @@ private:
         Renderer &r_;
     };
 
-    // A string under construction: bounded by kMaxValueBytes before each append, its bytes paid for.
+    // A string under construction: bounded by the value limit before each append, its bytes paid for.
     class Text {
     public:
         Text(Renderer &r, size_t pos) : r_(r), pos_(pos) {}
         void append(std::string_view s) {
-            if (s.size() > kMaxValueBytes - s_.size()) r_.too_large(s_.size() + s.size(), pos_);
+            if (s.size() > r_.limits_.value_bytes - s_.size()) r_.too_large(s_.size() + s.size(), pos_);
             s_.append(s);
             r_.work(s.size(), pos_);
         }
         void append(size_t n, char c) {
-            if (n > kMaxValueBytes - s_.size()) r_.too_large(n == SIZE_MAX ? UINT64_MAX : s_.size() + n, pos_);
+            if (n > r_.limits_.value_bytes - s_.size()) r_.too_large(n == SIZE_MAX ? UINT64_MAX : s_.size() + n, pos_);
             s_.append(n, c);
             r_.work(n, pos_);
         }
@@ -1221,7 +1221,7 @@ private:
         }
         void push(Value v) {
             if (items_.size() >= prepaid_) {
-                if ((items_.size() + 1) * sizeof(Value) > kMaxValueBytes) r_.too_large((items_.size() + 1) * sizeof(Value), pos_);
+                if ((items_.size() + 1) * sizeof(Value) > r_.limits_.value_bytes) r_.too_large((items_.size() + 1) * sizeof(Value), pos_);
                 r_.work(sizeof(Value), pos_);
             }
             items_.push_back(std::move(v));
@@ -1249,8 +1249,8 @@ private:
     }
 
     void emit(std::string_view s, size_t pos) {
-        if (s.size() > kMaxOutputBytes - out_->size())
-            error(pos, "the rendered text exceeds " + std::to_string(kMaxOutputBytes >> 20) + " MiB");
+        if (s.size() > limits_.output_bytes - out_->size())
+            error(pos, "the rendered text exceeds " + std::to_string(limits_.output_bytes >> 20) + " MiB");
         work(s.size(), pos);
         out_->append(s);
     }
@@ -1300,7 +1300,7 @@ private:
                 else if (c == '\t') quoted += "\\t";
                 else if (c == '\r') quoted += "\\r";
                 else quoted += c;
-                if (quoted.size() > kMaxValueBytes) too_large(quoted.size(), pos);
+                if (quoted.size() > limits_.value_bytes) too_large(quoted.size(), pos);
             }
             quoted += quote;
             return out.append(quoted);
@@ -2338,6 +2338,7 @@ private:
     }
 
     const Source &src_;
+    const Limits limits_;
     std::string *out_;
     std::vector<Scope> scopes_;
     uint64_t steps_ = 0;         // statements, iterations and expressions
@@ -2386,14 +2387,14 @@ Status Template::parse(std::string_view source, std::unique_ptr<Template> *out) 
     return Status::ok();
 }
 
-Status Template::render(const Value &context, std::string *out, RenderStats *stats) const {
+Status Template::render(const Value &context, std::string *out, RenderStats *stats, const Limits &limits) const {
     if (context.depth() > kMaxDepth)
         return Status(KT_STATUS_UNSUPPORTED, "chat template variables nested " + std::to_string(context.depth()) +
                                                  " levels deep; templates take at most " + std::to_string(kMaxDepth));
     std::string rendered;
     KT_TRY(guarded([&] {
         const Source src{source_};
-        Renderer r(src, &rendered);
+        Renderer r(src, limits, &rendered);
         r.run(body_, context);
         if (stats) *stats = r.stats();
     }));

@@ -53,6 +53,16 @@ constexpr uint64_t kBytesPerStep = 256;
 constexpr uint64_t kMaxValueBytes = 64ull << 20;
 constexpr uint64_t kMaxOutputBytes = 64ull << 20;
 
+// The budgets of one render: kt renders every template with these defaults. A smaller budget runs the same checks
+// and fails with the same messages, only sooner; the chat template fuzz target uses one so that an input that runs
+// to a limit costs a fuzzing execution milliseconds rather than a quarter of a second. The depth is not among them:
+// it is what the parser and the thread stack are sized for (kStackBytes).
+struct Limits {
+    uint64_t steps = kMaxSteps;
+    uint64_t value_bytes = kMaxValueBytes;    // whole MiB
+    uint64_t output_bytes = kMaxOutputBytes;  // whole MiB
+};
+
 class Value;
 using List = std::vector<Value>;
 
@@ -160,7 +170,7 @@ public:
     // non-function, a type that an operator does not take, an integer overflow, a limit exceeded)
     // KT_STATUS_UNSUPPORTED with the line. On error *out is left as it was. Thread-safe: a parsed template may be
     // rendered by many threads at once.
-    Status render(const Value &context, std::string *out, RenderStats *stats = nullptr) const;
+    Status render(const Value &context, std::string *out, RenderStats *stats = nullptr, const Limits &limits = {}) const;
 
     // The deepest statement + expression nesting in the source (render depth is at least this on the paths
     // taken, plus the nesting of the values walked).

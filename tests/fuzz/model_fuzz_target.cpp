@@ -96,6 +96,7 @@ TinyModel base(kt::fuzz::Bytes &in, const char *arch, bool moe) {
     m.n_expert_used = 2;
     m.seed = size;
     m.max_elements = 1 << 20;  // sizes the metadata asks for are the point, 4 MB of random weights per input are not
+    m.uniform_values = true;
     if (std::string(arch) == "deepseek2") {
         // MLA: a 16-wide latent plus 8 RoPE dims per key; queries of 8 + 8 per head; one dense leading layer.
         m.n_layer = 2;

@@ -14,22 +14,35 @@
 namespace kt::test {
 namespace {
 
-// Q8_0 blocks (an f16 scale, then 32 int8) of uniform random quants scaled to standard deviation `sigma`. A splitmix64
-// stream gives 8 quants per step: far cheaper than drawing normals and quantizing them, which matters at 100s of MB.
+// A splitmix64 stream: 64 random bits per step, far cheaper than std::normal_distribution (which matters at 100s of
+// MB, and in the fuzz target's every execution).
+class SplitMix64 {
+public:
+    explicit SplitMix64(uint64_t seed) : state_(seed * 0x9E3779B97F4A7C15ull) {}
+    uint64_t next() {
+        uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+
+private:
+    uint64_t state_;
+};
+
+// Q8_0 blocks (an f16 scale, then 32 int8) of uniform random quants scaled to standard deviation `sigma`, 8 quants
+// per step of the stream.
 std::vector<uint8_t> random_q8_0(size_t n, uint64_t seed, float sigma) {
     constexpr size_t kBlock = 32, kBlockBytes = 2 + kBlock;
     std::vector<uint8_t> bytes(n / kBlock * kBlockBytes);
     // Uniform quants in [-127, 127] have standard deviation 127 / sqrt(3).
     const uint16_t scale = f32_to_fp16(sigma * std::sqrt(3.0f) / 127.0f);
-    uint64_t state = seed * 0x9E3779B97F4A7C15ull;
+    SplitMix64 stream(seed);
     for (size_t b = 0; b < n / kBlock; ++b) {
         uint8_t *block = bytes.data() + b * kBlockBytes;
         std::memcpy(block, &scale, 2);
         for (size_t i = 0; i < kBlock; i += 8) {
-            uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-            z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-            z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-            z ^= z >> 31;
+            const uint64_t z = stream.next();
             for (size_t j = 0; j < 8; ++j) {
                 const int8_t q = static_cast<int8_t>(static_cast<uint8_t>(z >> (8 * j)));
                 block[2 + i + j] = static_cast<uint8_t>(q == -128 ? -127 : q);
@@ -106,10 +119,17 @@ Status tiny_model_writer(const TinyModel &spec, gguf::Writer *writer) {
             w.add_tensor_bytes(name, KT_TYPE_Q8_0, ne, random_q8_0(n, ++seed, sigma));
             return Status::ok();
         }
-        std::mt19937_64 rng(++seed);  // one stream per tensor, as test::random_normal draws them
-        std::normal_distribution<float> normal(0.0f, sigma);
         std::vector<float> v(n);
-        for (float &x : v) x = normal(rng) + mean;
+        if (spec.uniform_values) {
+            // Uniform in [-√3 σ, √3 σ): 24 random bits per value.
+            SplitMix64 stream(++seed);
+            const float half_width = sigma * std::sqrt(3.0f), step = 2.0f * half_width / 16777216.0f;
+            for (float &x : v) x = static_cast<float>(stream.next() >> 40) * step - half_width + mean;
+        } else {
+            std::mt19937_64 rng(++seed);  // one stream per tensor, as test::random_normal draws them
+            std::normal_distribution<float> normal(0.0f, sigma);
+            for (float &x : v) x = normal(rng) + mean;
+        }
         const gguf::TensorInfo *same = spec.copy_from ? spec.copy_from->find_tensor(name) : nullptr;
         if (same && same->type == KT_TYPE_F32 && same->n_elements == n) std::memcpy(v.data(), same->data, n * sizeof(float));
         int32_t type = KT_TYPE_F32;

@@ -2,7 +2,7 @@
 # A long libFuzzer campaign on one of kt's fuzz targets (tests/fuzz), recorded for bench/results/fuzz-log.md.
 #
 #   bench/fuzz/run_campaign.sh configure DIR         a campaign build: clang -O2, libFuzzer + UBSan, no ASan
-#   bench/fuzz/run_campaign.sh run DIR TARGET RUNS [MAX_LEN] [OUT]
+#   bench/fuzz/run_campaign.sh run DIR TARGET RUNS [MAX_LEN] [OUT]     RUNS: executions, or seconds as "5400s"
 #   bench/fuzz/run_campaign.sh replay ASAN_DIR TARGET OUT
 #
 # Why two builds: ASan costs the targets 2-10x, and a campaign is about executions. The campaign build keeps UBSan
@@ -33,8 +33,12 @@ run)
     before=$(( $(ls "$seed" | wc -l) + $(ls "$out/corpus" | wc -l) ))
     len_flag=()
     [ "$max_len" != 0 ] && len_flag=(-max_len="$max_len")
+    # A part of a campaign that will take several (a target too slow for 10 M executions in one sitting) runs for a
+    # time; the next part goes on from OUT/corpus, or from the committed corpus once OUT's inputs are merged into it.
+    limit_flag=(-runs="$runs")
+    [[ "$runs" == *s ]] && limit_flag=(-max_total_time="${runs%s}")
     start=$(date +%s)
-    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 "$dir/bin/kt_fuzz_$target" -runs="$runs" "${len_flag[@]}" \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 "$dir/bin/kt_fuzz_$target" "${limit_flag[@]}" "${len_flag[@]}" \
         -timeout=60 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$out/" "$out/corpus" "$seed" \
         > "$out/fuzz.log" 2>&1 || { echo "$target: the fuzzer stopped with a finding, see $out/fuzz.log"; exit 1; }
     seconds=$(( $(date +%s) - start ))

@@ -156,6 +156,15 @@ void put_string(std::string_view s, const char **out, uint64_t *out_length) {
     if (out_length) *out_length = s.size();
 }
 
+Status tensor_at(const kt_model *model, int64_t index, const kt::gguf::TensorInfo **out) {
+    KT_TRY(check_model(model));
+    const auto &tensors = file_of(model).tensors();
+    KT_RETURN_IF(index < 0 || static_cast<uint64_t>(index) >= tensors.size(), KT_STATUS_NOT_FOUND,
+                 "tensor index %lld is out of range (count %zu)", static_cast<long long>(index), tensors.size());
+    *out = &tensors[static_cast<size_t>(index)];
+    return Status::ok();
+}
+
 }  // namespace
 
 extern "C" {
@@ -322,19 +331,6 @@ KT_API kt_status kt_model_tensor_find(const kt_model *model, const char *name, i
         return Status::ok();
     });
 }
-
-namespace {
-
-Status tensor_at(const kt_model *model, int64_t index, const kt::gguf::TensorInfo **out) {
-    KT_TRY(check_model(model));
-    const auto &tensors = file_of(model).tensors();
-    KT_RETURN_IF(index < 0 || static_cast<uint64_t>(index) >= tensors.size(), KT_STATUS_NOT_FOUND,
-                 "tensor index %lld is out of range (count %zu)", static_cast<long long>(index), tensors.size());
-    *out = &tensors[static_cast<size_t>(index)];
-    return Status::ok();
-}
-
-}  // namespace
 
 KT_API kt_status kt_model_tensor_info(const kt_model *model, int64_t index, kt_tensor_info *out_info) {
     return guard_on(model, [&]() -> Status {

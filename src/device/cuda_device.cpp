@@ -55,7 +55,7 @@ public:
                      KT_STATUS_INVALID_ARGUMENT, "device: bad layer shape");
         // The engine's work buffer is sized for the largest layer so far; the accounting follows the same rule.
         const LayerShape grown = cover(max_, shape);
-        const uint64_t need = workspace_bytes(max_);
+        const uint64_t need = workspace_bytes(grown);
         if (need > workspace_reserved_) {
             KT_TRY(reserve(need - workspace_reserved_, "the work buffer"));
             workspace_reserved_ = need;

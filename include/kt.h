@@ -231,7 +231,15 @@ typedef struct kt_model_params {
        tokens defer nothing. 0 (default): none; it changes the numbers (KTransformers suggests 1 to 4); negative:
        KT_STATUS_INVALID_ARGUMENT, as is any value without a device. kt_model_device_plan counts the deferred rows. */
     int32_t device_deferred_experts;
-    int32_t reserved2;          /* must be 0 */
+    /* In the place of a reserved field that had to be 0, so older callers get 0: with a device, a MoE layer called
+       with more than this many tokens at once (a prompt's chunk, up to the context's n_batch) runs all of its
+       routed experts on the device, as KTransformers' GPU prefill threshold does: the layer's experts not resident
+       there are copied into a stream buffer on the device (n_expert * 6 * hidden * intermediate bytes, counted in
+       device_budget_bytes before any resident expert) and the CPU computes nothing for that layer. Worth it where
+       the device computes a long prompt's experts faster than the CPU even counting the copy. 0 (default): never;
+       negative, or any value without a device: KT_STATUS_INVALID_ARGUMENT. Such a call defers nothing.
+       kt_model_device_plan prints the stream buffer and counts the streamed calls and their upload time. */
+    int32_t device_prefill_threshold;
 } kt_model_params;
 
 /* Devices for kt_model_params.device. */

@@ -15,7 +15,8 @@
 # on the GPU machine itself (this needs kt's dependencies there; it says what is missing if they are not).
 #
 # What to quote in a note: the lines starting with "==" (each step's verdict and time), the test cases' WARN lines
-# (GPU name, skipped or not, the hybrid's device / CPU / overlap times) and kt-hybrid-bench's tables.
+# (GPU name, skipped or not, the hybrid's device / CPU / overlap times, the streamed layer's upload) and
+# kt-hybrid-bench's tables (stream_x: where a call above the prefill threshold beats the CPU).
 set -u
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
@@ -91,7 +92,7 @@ run() {
     step "kt_api_device (kt.h; KT_DEVICE_CUDA load path)" 60 "$DIR/kt_api_device" --durations yes -s -r compact
     echo "== kt-hybrid-bench: Qwen3-30B-A3B-shaped layer (128 experts, 2048 x 768, top-8), Q8_0 on the CPU"
     step "kt-hybrid-bench uniform, 32 of 128 on the GPU" 90 "$DIR/kt-hybrid-bench" --device cuda --experts 128 \
-        --hidden 2048 --inter 768 --top-k 8 --resident 32 --tokens 1,8,64,256 --iters 5 --warmup 2
+        --hidden 2048 --inter 768 --top-k 8 --resident 32 --tokens 1,8,64,256,1024 --iters 5 --warmup 2
     step "kt-hybrid-bench skewed (s=1.2), 32 hottest on the GPU" 90 "$DIR/kt-hybrid-bench" --device cuda --experts 128 \
         --hidden 2048 --inter 768 --top-k 8 --resident 32 --tokens 1,8,64,256 --iters 5 --warmup 2 --skew 1.2
     if [ -n "$FAILED" ]; then echo "== FAILED:$FAILED"; exit 1; fi

@@ -115,7 +115,7 @@ inline bool parse_bytes(const char *text, uint64_t *out) {
 
 // The hybrid path's flags, applied to *mp: --device none|standin|cuda[:N], --device-budget BYTES,
 // --device-experts N (per MoE layer; 0 = as many as fit), --device-deferred N (CPU experts per token landing one
-// MoE layer late).
+// MoE layer late), --device-prefill N (MoE calls of more tokens than N run the whole layer on the device).
 inline Flag device_flag(const std::string &flag, const char *value, kt_model_params *mp) {
     if (flag == "--device") {
         const std::string d = value;
@@ -143,6 +143,12 @@ inline Flag device_flag(const std::string &flag, const char *value, kt_model_par
         mp->device_deferred_experts = static_cast<int32_t>(n);
         return Flag::kTaken;
     }
+    if (flag == "--device-prefill") {
+        int64_t n = 0;
+        if (!parse_int(value, &n) || n < 0 || n > INT32_MAX) return Flag::kBadValue;
+        mp->device_prefill_threshold = static_cast<int32_t>(n);
+        return Flag::kTaken;
+    }
     return Flag::kNotMine;
 }
 
@@ -153,7 +159,9 @@ inline const char *device_usage() {
            "      --device-budget B   device memory for the experts and the work buffer (e.g. 20G)\n"
            "      --device-experts N  experts per MoE layer on the device (default 0: as many as fit)\n"
            "      --device-deferred N at most N of each token's lowest-weighted CPU experts land one MoE layer\n"
-           "                          late, computed while the next layer runs (default 0; it changes the numbers)\n";
+           "                          late, computed while the next layer runs (default 0; it changes the numbers)\n"
+           "      --device-prefill N  a MoE layer called with more than N tokens (a long prompt's chunk) runs all\n"
+           "                          its experts on the device, copying them there (default 0: never)\n";
 }
 
 // The placement (and, once the model ran, the CPU/device split) as kt_model_device_plan gives it; "" without one.

@@ -63,7 +63,7 @@ func cLayouts() []structLayout {
 			{"device_expert_counts", unsafe.Offsetof(modelParamsStruct.device_expert_counts), unsafe.Sizeof(modelParamsStruct.device_expert_counts)},
 			{"device_expert_counts_len", unsafe.Offsetof(modelParamsStruct.device_expert_counts_len), unsafe.Sizeof(modelParamsStruct.device_expert_counts_len)},
 			{"device_deferred_experts", unsafe.Offsetof(modelParamsStruct.device_deferred_experts), unsafe.Sizeof(modelParamsStruct.device_deferred_experts)},
-			{"reserved2", unsafe.Offsetof(modelParamsStruct.reserved2), unsafe.Sizeof(modelParamsStruct.reserved2)},
+			{"device_prefill_threshold", unsafe.Offsetof(modelParamsStruct.device_prefill_threshold), unsafe.Sizeof(modelParamsStruct.device_prefill_threshold)},
 		}},
 		{"kt_tensor_info", unsafe.Sizeof(tensorInfoStruct), []fieldLayout{
 			{"struct_size", unsafe.Offsetof(tensorInfoStruct.struct_size), unsafe.Sizeof(tensorInfoStruct.struct_size)},

@@ -59,14 +59,20 @@ std::string split_line(const kt_model *model) {
                           static_cast<long long>(d.jobs), static_cast<double>(d.ns) * 1e-6,
                           d.ns > 0 ? 100.0 * static_cast<double>(d.hidden_ns) / static_cast<double>(d.ns) : 0.0);
     }
+    std::string streamed;
+    if (sum.streamed_calls > 0 || model->device_prefill_threshold > 0)
+        streamed = format(", streamed calls %lld (over %d tokens): %lld uploads, %.1f MB in %.3f ms",
+                          static_cast<long long>(sum.streamed_calls), model->device_prefill_threshold,
+                          static_cast<long long>(sum.stream_uploads), static_cast<double>(sum.stream_bytes) * 1e-6,
+                          static_cast<double>(sum.stream_upload_ns) * 1e-6);
     return format("split: %lld calls, rows %lld on the device / %lld on the CPU (%lld deferred), device %.3f ms, "
-                  "cpu %.3f ms, hidden %.3f ms (%.1f %% of the shorter side), wall %.3f ms%s\n",
+                  "cpu %.3f ms, hidden %.3f ms (%.1f %% of the shorter side), wall %.3f ms%s%s\n",
                   static_cast<long long>(sum.calls), static_cast<long long>(sum.device_rows),
                   static_cast<long long>(sum.cpu_rows), static_cast<long long>(sum.deferred_rows),
                   static_cast<double>(sum.device_ns) * 1e-6, static_cast<double>(sum.cpu_ns) * 1e-6,
                   static_cast<double>(sum.overlap_ns) * 1e-6,
                   shorter > 0 ? 100.0 * static_cast<double>(sum.overlap_ns) / static_cast<double>(shorter) : 0.0,
-                  static_cast<double>(sum.wall_ns) * 1e-6, deferred.c_str());
+                  static_cast<double>(sum.wall_ns) * 1e-6, deferred.c_str(), streamed.c_str());
 }
 
 // counts [n_layer][n_expert] -> one row per MoE layer of `layers`.
@@ -92,7 +98,11 @@ Status read_counts(const std::vector<device::PlacementLayer> &layers, int64_t n_
 Status setup_device(kt_model *model, const kt_model_params &p) {
     KT_RETURN_IF(p.device != KT_DEVICE_NONE && p.device != KT_DEVICE_CPU_STANDIN && p.device != KT_DEVICE_CUDA,
                  KT_STATUS_INVALID_ARGUMENT, "kt_model_load: params.device %d is not a KT_DEVICE_*", p.device);
-    KT_RETURN_IF(p.reserved2 != 0, KT_STATUS_INVALID_ARGUMENT, "kt_model_load: params.reserved2 must be 0");
+    KT_RETURN_IF(p.device_prefill_threshold < 0, KT_STATUS_INVALID_ARGUMENT,
+                 "kt_model_load: params.device_prefill_threshold is negative (%d)", p.device_prefill_threshold);
+    KT_RETURN_IF(p.device_prefill_threshold > 0 && p.device == KT_DEVICE_NONE, KT_STATUS_INVALID_ARGUMENT,
+                 "kt_model_load: params.device_prefill_threshold is %d, but no device was asked for (the threshold "
+                 "moves long prompts' experts to the device)", p.device_prefill_threshold);
     KT_RETURN_IF(p.device_deferred_experts < 0, KT_STATUS_INVALID_ARGUMENT,
                  "kt_model_load: params.device_deferred_experts is negative (%d)", p.device_deferred_experts);
     KT_RETURN_IF(p.device_deferred_experts > 0 && p.device == KT_DEVICE_NONE, KT_STATUS_INVALID_ARGUMENT,
@@ -119,6 +129,10 @@ Status setup_device(kt_model *model, const kt_model_params &p) {
     for (const device::PlacementLayer &l : layers)
         covering = device::cover(covering, runtime::device_layer_shape(engine_defaults, l.n_experts, l.hidden, l.intermediate));
     request.non_expert_bytes = device::workspace_bytes(covering);
+    if (p.device_prefill_threshold > 0) {
+        request.stream_bytes = runtime::StreamBuffer::bytes_for(covering);
+        request.non_expert_bytes += request.stream_bytes;
+    }
     const device::PlacementRequest without_counts = request;
     if (p.device_expert_counts_len > 0)
         KT_TRY(Status(read_counts(layers, n_layer, p.device_expert_counts, p.device_expert_counts_len, &request.counts))
@@ -133,6 +147,8 @@ Status setup_device(kt_model *model, const kt_model_params &p) {
     KT_TRY(device::create_device(options, &model->device));
     model->device_plan = std::move(plan);
     model->device_deferred_experts = p.device_deferred_experts;
+    model->device_prefill_threshold = p.device_prefill_threshold;
+    model->device_stream_shape = covering;
     model->device_layers = std::move(layers);
     model->device_request = without_counts;
     model->device_n_layer = n_layer;

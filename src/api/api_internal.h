@@ -70,6 +70,8 @@ struct kt_model {
     std::shared_ptr<kt::device::Device> device;
     std::shared_ptr<const kt::device::Plan> device_plan;
     int32_t device_deferred_experts = 0;
+    int32_t device_prefill_threshold = 0;
+    kt::device::LayerShape device_stream_shape;  // with a threshold: the shape of the model's MoE layers
     // What the plan was made from (kt_model_device_replace plans again with new counts).
     std::vector<kt::device::PlacementLayer> device_layers;
     kt::device::PlacementRequest device_request;  // without counts

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -138,9 +139,10 @@ public:
         const char *const names[3] = {gate.first.name, up.first.name, down.first.name};
         const device::LayerPlacement *placed =
             options_.device && options_.plan && gate.count > 1 ? options_.plan->find(block_of(gate.first.name)) : nullptr;
-        // With deferred experts every planned layer is hybrid, even one with no experts on the device: each MoE
-        // layer takes what the one before it deferred.
-        if (placed && (!placed->experts.empty() || chain_)) {
+        // With deferred experts or streaming every planned layer is hybrid, even one with no experts on the device:
+        // each MoE layer takes what the one before it deferred, and any may be streamed.
+        const bool streaming = options_.prefill_threshold > 0;
+        if (placed && (!placed->experts.empty() || chain_ || streaming)) {
             KT_RETURN_IF(options.gate_bias || options.up_bias || options.down_bias || options.swiglu_limit > 0.0f ||
                              options.swiglu_alpha > 0.0f,
                          KT_STATUS_UNSUPPORTED, "%s: the device computes plain SwiGLU experts only (no biases, no clamp)",
@@ -155,6 +157,11 @@ public:
             auto hybrid = std::make_unique<HybridFfn>(std::move(pool), options_.device, std::move(layer), c.max_tokens,
                                                       chain_, placed->layer);
             hybrid->set_sources(gate, up, down);
+            if (streaming) {
+                std::shared_ptr<StreamBuffer> buffer;
+                KT_TRY(Status(stream_buffer(&buffer)).with_context(gate.first.name));
+                KT_TRY(hybrid->set_streaming(std::move(buffer), options_.prefill_threshold));
+            }
             KT_TRY(hybrid->init());
             *out = std::move(hybrid);
             return Status::ok();
@@ -165,8 +172,22 @@ public:
     }
 
 private:
+    // The model's stream buffer, made by the first layer that streams (its slots fill on first use).
+    Status stream_buffer(std::shared_ptr<StreamBuffer> *out) const {
+        std::lock_guard<std::mutex> lock(stream_mutex_);
+        if (!stream_) {
+            std::unique_ptr<device::DeviceLayer> layer;
+            KT_TRY(Status(options_.device->create_layer(options_.stream_shape, &layer)).with_context("the stream buffer"));
+            stream_ = std::make_shared<StreamBuffer>(options_.device, std::move(layer));
+        }
+        *out = stream_;
+        return Status::ok();
+    }
+
     EngineOptions options_;
     std::shared_ptr<DeferredChain> chain_;  // with options_.deferred_experts: shared by the hybrid layers
+    mutable std::mutex stream_mutex_;
+    mutable std::shared_ptr<StreamBuffer> stream_;  // with options_.prefill_threshold
     std::unique_ptr<ThreadPool> load_pool_;
     const cpu::KernelSet &ks_;
     std::string name_;

@@ -38,6 +38,10 @@ struct EngineOptions {
     // With a device and a plan: at most this many of each token's lowest-weighted CPU experts land one MoE layer
     // late (runtime/deferred_experts.h); 0: none.
     int32_t deferred_experts = 0;
+    // With a device and a plan: MoE calls of more tokens than this run the whole layer on the device, through one
+    // stream buffer of stream_shape (the shape of the model's MoE layers) that the plan counted; 0: never.
+    int64_t prefill_threshold = 0;
+    device::LayerShape stream_shape;
 };
 
 // The shape a device layer gets for a MoE layer of n_experts experts [I x H] under these options.

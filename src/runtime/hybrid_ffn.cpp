@@ -1,8 +1,17 @@
 #include "runtime/hybrid_ffn.h"
 
 #include <algorithm>
+#include <atomic>
 
 namespace kt::runtime {
+namespace {
+
+uint64_t next_stream_id() {
+    static std::atomic<uint64_t> last{0};
+    return ++last;
+}
+
+}  // namespace
 
 HybridFfn::HybridFfn(std::unique_ptr<moe::ExpertPool> pool, std::shared_ptr<device::Device> device,
                      std::unique_ptr<device::DeviceLayer> layer, int64_t max_tokens,
@@ -10,7 +19,8 @@ HybridFfn::HybridFfn(std::unique_ptr<moe::ExpertPool> pool, std::shared_ptr<devi
     : chain_(std::move(chain)), model_layer_(model_layer), pool_(std::move(pool)), device_(std::move(device)),
       layer_(std::move(layer)), n_(pool_->config().n_experts),
       hidden_(pool_->config().hidden), intermediate_(pool_->config().intermediate), max_tokens_(max_tokens),
-      dev_out_(static_cast<size_t>(max_tokens * pool_->config().hidden)), counter_(pool_->config().n_experts) {}
+      dev_out_(static_cast<size_t>(max_tokens * pool_->config().hidden)), counter_(pool_->config().n_experts),
+      stream_id_(next_stream_id()) {}
 
 HybridFfn::~HybridFfn() {
     // The layer's device memory goes back before the device itself (held by device_) may go.
@@ -23,8 +33,10 @@ Status HybridFfn::forward(const float *x, int64_t n_tokens, const int32_t *ids, 
                           float *out, ThreadPool &) const {
     std::lock_guard<std::mutex> lock(mutex_);
     counter_.add(ids, n_tokens * k);  // every routing, deferred or not
-    if (!chain_) return forward_chunks(x, n_tokens, ids, weights, k, out);
-    const bool deferring = chain_->defers_in(model_layer_) && n_tokens <= max_tokens_;
+    const bool streamed = stream_ && n_tokens > prefill_threshold_;
+    if (!chain_) return streamed ? forward_streamed(x, n_tokens, ids, weights, k, out)
+                                 : forward_chunks(x, n_tokens, ids, weights, k, out);
+    const bool deferring = !streamed && chain_->defers_in(model_layer_) && n_tokens <= max_tokens_;
     int64_t n_deferred = 0;
     if (deferring) {
         const size_t slots = static_cast<size_t>(n_tokens * k);
@@ -33,7 +45,8 @@ Status HybridFfn::forward(const float *x, int64_t n_tokens, const int32_t *ids, 
         n_deferred = split_deferred(ids, weights, n_tokens, static_cast<int32_t>(k), chain_->max_deferred(), n_,
                                     layer_->resident_mask(), immediate_ids_.data(), deferred_ids_.data());
     }
-    Status s = forward_chunks(x, n_tokens, n_deferred > 0 ? immediate_ids_.data() : ids, weights, k, out);
+    Status s = streamed ? forward_streamed(x, n_tokens, ids, weights, k, out)
+                        : forward_chunks(x, n_tokens, n_deferred > 0 ? immediate_ids_.data() : ids, weights, k, out);
     // What the previous MoE layer deferred lands here; then this layer's deferred slots are queued for the next.
     if (s.is_ok()) s = chain_->absorb(model_layer_, n_tokens, hidden_, out);
     if (s.is_ok() && n_deferred > 0)
@@ -119,6 +132,67 @@ Status HybridFfn::forward_chunks(const float *x, int64_t n_tokens, const int32_t
         stats_.last_cpu = ticket ? cpu_times : moe::JobTimes{};
         stats_.last_device = dev_times;
     }
+    return Status::ok();
+}
+
+Status HybridFfn::forward_streamed(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights,
+                                   int64_t k, float *out) const {
+    const int64_t H = hidden_;
+    std::lock_guard<std::mutex> lock(stream_->mutex_);
+    device::DeviceLayer &layer = *stream_->layer_;
+    if (stream_->holder_ != stream_id_) {
+        const int64_t start = monotonic_ns();
+        stream_->holder_ = 0;  // none until all of this layer's experts are in (a failed upload leaves a mix)
+        for (int64_t e = 0; e < n_; ++e)
+            KT_TRY(Status(layer.upload(e, gate_src_.at(e), up_src_.at(e), down_src_.at(e)))
+                       .with_context(format("hybrid layer %lld: streaming expert %lld to the device",
+                                            static_cast<long long>(model_layer_), static_cast<long long>(e))));
+        stream_->holder_ = stream_id_;
+        ++stats_.stream_uploads;
+        stats_.stream_upload_ns += monotonic_ns() - start;
+        stats_.stream_bytes += static_cast<uint64_t>(n_) * device::expert_bytes(hidden_, intermediate_);
+    }
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += max_tokens_) {
+        const int64_t T = std::min(max_tokens_, n_tokens - t0);
+        const int64_t start = monotonic_ns();
+        device::ExpertWork work;
+        work.n_tokens = T;
+        work.top_k = static_cast<int32_t>(k);
+        work.input = x + t0 * H;
+        work.ids = ids + t0 * k;
+        work.weights = weights + t0 * k;
+        work.output = out + t0 * H;  // overwritten, zeros for a token without experts
+        device::Event event;
+        device::Interval when;
+        KT_TRY(Status(layer.submit(work, &event)).with_context("streamed experts"));
+        KT_TRY(Status(layer.wait(event, &when)).with_context("streamed experts"));
+        for (int64_t i = 0; i < T * k; ++i) stats_.device_rows += work.ids[i] >= 0 ? 1 : 0;
+        ++stats_.calls;
+        stats_.device_ns += when.ns();
+        stats_.wall_ns += monotonic_ns() - start;
+        stats_.last_cpu = moe::JobTimes{};
+        stats_.last_device = when;
+    }
+    ++stats_.streamed_calls;
+    return Status::ok();
+}
+
+Status HybridFfn::set_streaming(std::shared_ptr<StreamBuffer> buffer, int64_t threshold) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    KT_RETURN_IF(!buffer || threshold <= 0, KT_STATUS_INVALID_ARGUMENT,
+                 "hybrid layer %lld: streaming needs a buffer and a threshold > 0", static_cast<long long>(model_layer_));
+    KT_RETURN_IF(!have_sources_, KT_STATUS_INVALID_ARGUMENT, "hybrid layer %lld: no source weights to stream from",
+                 static_cast<long long>(model_layer_));
+    const device::LayerShape &s = buffer->shape();
+    KT_RETURN_IF(s.n_experts < n_ || s.hidden != hidden_ || s.intermediate != intermediate_ || s.max_tokens < max_tokens_,
+                 KT_STATUS_UNSUPPORTED,
+                 "hybrid layer %lld: %lld experts of %lld x %lld do not fit the stream buffer's %lld of %lld x %lld "
+                 "(the MoE layers of a model must have one shape)",
+                 static_cast<long long>(model_layer_), static_cast<long long>(n_), static_cast<long long>(intermediate_),
+                 static_cast<long long>(hidden_), static_cast<long long>(s.n_experts),
+                 static_cast<long long>(s.intermediate), static_cast<long long>(s.hidden));
+    stream_ = std::move(buffer);
+    prefill_threshold_ = threshold;
     return Status::ok();
 }
 

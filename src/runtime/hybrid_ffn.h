@@ -12,6 +12,12 @@
 // With a DeferredChain (runtime/deferred_experts.h), the lowest-weighted CPU experts of each token are computed by a
 // second job that the next MoE layer waits for and adds; this layer adds the one its predecessor deferred.
 //
+// With a StreamBuffer and a prefill threshold, a call of more tokens than the threshold (a long prompt's chunk) runs
+// the whole layer on the device instead: the layer's experts are uploaded into the stream buffer, unless it holds
+// them already, and the device computes every routed expert while the CPU pool rests. This is KTransformers' GPU
+// prefill threshold: for a long prompt the device's arithmetic outweighs copying the layer's experts to it. Such a
+// call defers nothing (it has no CPU experts), but still adds what the layer before it deferred.
+//
 // Each call's CPU job interval and device interval are recorded: the statistics say how long each side worked and
 // how much of it was hidden by the other (the intersection of the two intervals).
 #pragma once
@@ -48,6 +54,27 @@ private:
     std::vector<std::atomic<uint64_t>> counts_;
 };
 
+// The device memory that holds one MoE layer's experts at a time (gate, up, down as BF16, like resident experts),
+// for the calls above the prefill threshold. Shared by the hybrid layers of a model; one call at a time uses it.
+class StreamBuffer {
+public:
+    // `layer` has the shape of the model's MoE layers (n_experts slots); `device` is kept alive with it.
+    StreamBuffer(std::shared_ptr<device::Device> device, std::unique_ptr<device::DeviceLayer> layer)
+        : device_(std::move(device)), layer_(std::move(layer)) {}
+    const device::LayerShape &shape() const { return layer_->shape(); }
+    // Device bytes it holds once filled (each slot is allocated the first time it is filled, then reused).
+    static uint64_t bytes_for(const device::LayerShape &shape) {
+        return static_cast<uint64_t>(shape.n_experts) * device::expert_bytes(shape.hidden, shape.intermediate);
+    }
+
+private:
+    friend class HybridFfn;
+    std::shared_ptr<device::Device> device_;  // declared first: the layer's memory goes back before the device goes
+    std::mutex mutex_;
+    std::unique_ptr<device::DeviceLayer> layer_;
+    uint64_t holder_ = 0;  // the stream id of the hybrid layer whose experts it holds; 0: none (or incomplete)
+};
+
 struct HybridStats {
     int64_t calls = 0;          // chunks of at most max_tokens tokens
     int64_t cpu_ns = 0;         // the pool's jobs, begin to end
@@ -56,6 +83,10 @@ struct HybridStats {
     int64_t wall_ns = 0;        // from the first submission to both results, per call, summed
     int64_t cpu_rows = 0, device_rows = 0;  // (token, slot) pairs computed on each side, at once
     int64_t deferred_rows = 0;              // CPU pairs deferred to the next MoE layer (not in cpu_rows)
+    int64_t streamed_calls = 0;    // forward calls above the prefill threshold: the whole layer on the device
+    int64_t stream_uploads = 0;    // of those, the ones that uploaded the layer's experts into the stream buffer
+    int64_t stream_upload_ns = 0;  // the uploads' time, on the calling thread (not overlapped with anything)
+    uint64_t stream_bytes = 0;     // device bytes uploaded by them
     // Of the last call (for tests): the two intervals on the monotonic_ns clock.
     moe::JobTimes last_cpu;
     device::Interval last_device;
@@ -70,6 +101,10 @@ struct HybridStats {
         cpu_rows += o.cpu_rows;
         device_rows += o.device_rows;
         deferred_rows += o.deferred_rows;
+        streamed_calls += o.streamed_calls;
+        stream_uploads += o.stream_uploads;
+        stream_upload_ns += o.stream_upload_ns;
+        stream_bytes += o.stream_bytes;
     }
 };
 
@@ -102,6 +137,9 @@ public:
     // first). On failure the experts already moved stay moved and the split stays complete (the mask is the
     // device's resident set whatever happened).
     Status replace(const std::vector<int32_t> &experts);
+    // Calls of more than `threshold` tokens (> 0) run the whole layer on the device, through `buffer` (whose shape
+    // must be this layer's), uploading from the sources set_sources() gave. Before the first forward.
+    Status set_streaming(std::shared_ptr<StreamBuffer> buffer, int64_t threshold);
 
     HybridStats stats() const;
     int64_t model_layer() const { return model_layer_; }
@@ -113,6 +151,8 @@ public:
 private:
     Status forward_chunks(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights, int64_t k,
                           float *out) const;
+    Status forward_streamed(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights, int64_t k,
+                            float *out) const;
 
     // Declared before the pool: the pool, destroyed first, waits for its jobs, which may write into the chain.
     std::shared_ptr<DeferredChain> chain_;
@@ -126,6 +166,9 @@ private:
     mutable std::vector<int32_t> immediate_ids_, deferred_ids_;  // [max_tokens][k] with a chain
     bool have_sources_ = false;
     ops::MatrixStack gate_src_, up_src_, down_src_;
+    std::shared_ptr<StreamBuffer> stream_;
+    int64_t prefill_threshold_ = 0;
+    uint64_t stream_id_;  // this layer's identity in the stream buffer (unique in the process)
     mutable ActivationCounter counter_;
     mutable HybridStats stats_;
     std::function<void()> cpu_begin_hook_;

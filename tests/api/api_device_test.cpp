@@ -357,3 +357,73 @@ TEST_CASE("device api: experts placed again from counts gathered while running, 
     kt_model_free(plain);
     CHECK(kt_model_device_replace(nullptr, counts.data(), counts.size()) == KT_STATUS_INVALID_ARGUMENT);
 }
+
+namespace {
+
+// The number after `label` in `text` (REQUIREs that it is there).
+uint64_t number_after(const std::string &text, const std::string &label) {
+    const size_t at = text.find(label);
+    INFO(text);
+    REQUIRE(at != std::string::npos);
+    return std::stoull(text.substr(at + label.size()));
+}
+
+}  // namespace
+
+TEST_CASE("device api: a prompt above the prefill threshold runs whole layers on the device, in the plan's budget") {
+    kt::test::TempDir dir;
+    const std::string path = dir.file("tiny.gguf");
+    kt::test::write_tiny_model_file_or_fail(spec(), path);
+    kt_model_params cpu_params;
+    kt_model_params_init(&cpu_params);
+    kt_model *cpu = load(path, cpu_params);
+    const Run expected = run(cpu);
+    kt_model_free(cpu);
+
+    // 8 experts of 6 * hidden 32 * intermediate 48 bytes per layer in the stream buffer.
+    const uint64_t expert = 6 * 32 * 48, stream = 8 * expert;
+    kt_model_params p = standin_params(64ull << 20, 2);
+    p.device_prefill_threshold = 4;  // the 10-token prompt streams, the generated tokens one by one do not
+    kt_model *hybrid = load(path, p);
+    const std::string before = plan_of(hybrid);
+    CHECK(number_after(before, "stream buffer ") == stream);
+    const uint64_t work = number_after(before, "work buffer ");
+    CHECK(number_after(before, ", used ") == work + stream + 2 * 2 * expert);
+    const Run got = run(hybrid);
+    CHECK(got.tokens == expected.tokens);
+    CHECK(relative_worst(got.logits, expected.logits) <= 1e-3);
+    const std::string after = plan_of(hybrid);
+    INFO(after);
+    // One streamed call per MoE layer (the prompt), each uploading its layer's 8 experts.
+    CHECK_THAT(after, Catch::Contains("streamed calls 2 (over 4 tokens): 2 uploads"));
+    // Exact accounting: the stream buffer filled once, next to the resident experts and the work buffer.
+    CHECK_THAT(after, Catch::Contains(": " + std::to_string(work + stream + 2 * 2 * expert) + " bytes in use"));
+    CHECK(number_after(after, "split: ") >= 2);  // calls
+    CHECK(number_after(after, "rows ") >= 10 * 2 * 2);  // the prompt's: 10 tokens x top-2 x 2 layers, and more
+    kt_model_free(hybrid);
+
+    // Above the prompt's length nothing streams, and the plan still holds the buffer's room.
+    p.device_prefill_threshold = 10;
+    hybrid = load(path, p);
+    (void)run(hybrid);
+    CHECK_THAT(plan_of(hybrid), Catch::Contains("streamed calls 0 (over 10 tokens): 0 uploads"));
+    kt_model_free(hybrid);
+
+    // Refusals: a negative threshold, one without a device, a budget without room for the stream buffer.
+    kt_status s = KT_STATUS_OK;
+    p.device_prefill_threshold = -1;
+    CHECK(load(path, p, &s) == nullptr);
+    CHECK(s == KT_STATUS_INVALID_ARGUMENT);
+    CHECK_THAT(last_message(), Catch::Contains("device_prefill_threshold is negative"));
+    kt_model_params no_device;
+    kt_model_params_init(&no_device);
+    no_device.device_prefill_threshold = 4;
+    CHECK(load(path, no_device, &s) == nullptr);
+    CHECK(s == KT_STATUS_INVALID_ARGUMENT);
+    CHECK_THAT(last_message(), Catch::Contains("no device was asked for"));
+    p = standin_params(work + stream + 2 * 2 * expert - 1, 2);
+    p.device_prefill_threshold = 4;
+    CHECK(load(path, p, &s) == nullptr);
+    CHECK(s == KT_STATUS_OUT_OF_MEMORY);
+    CHECK_THAT(last_message(), Catch::Contains("stream buffers"));
+}

@@ -30,7 +30,7 @@ KT_LAYOUT_FIELD(kt_model_params, device_experts, 72, 8)
 KT_LAYOUT_FIELD(kt_model_params, device_expert_counts, 80, 8)
 KT_LAYOUT_FIELD(kt_model_params, device_expert_counts_len, 88, 8)
 KT_LAYOUT_FIELD(kt_model_params, device_deferred_experts, 96, 4)
-KT_LAYOUT_FIELD(kt_model_params, reserved2, 100, 4)
+KT_LAYOUT_FIELD(kt_model_params, device_prefill_threshold, 100, 4)
 
 KT_LAYOUT_STRUCT(kt_tensor_info, 80)
 KT_LAYOUT_FIELD(kt_tensor_info, struct_size, 0, 4)

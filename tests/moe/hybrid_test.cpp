@@ -2,6 +2,7 @@
 // the hybrid FFN (CPU pool + stand-in at once) against the all-CPU pool, overlap, placement and budgets.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -711,4 +712,131 @@ TEST_CASE("hybrid: placing experts again while another thread runs the layer nev
     for (const std::vector<float> &y : results) worst = std::max(worst, worst_difference(y, want));
     INFO(results.size() << " calls during 30 switches");
     CHECK(worst <= 1e-3 * max_abs(want));
+}
+
+TEST_CASE("hybrid: calls above the prefill threshold stream the whole layer to the device, one layer at a time") {
+    const int64_t E = 8, H = 64, I = 32, max_tokens = 24;
+    const int32_t k = 3;
+    const int64_t threshold = 6;
+    // Two layers of one model sharing the stream buffer: streaming one after the other must swap the experts.
+    const test::ExpertWeights w0 = test::make_experts(KT_TYPE_BF16, KT_EXPERT_WEIGHTS_BF16, 0, E, H, I, 81);
+    const test::ExpertWeights w1 = test::make_experts(KT_TYPE_BF16, KT_EXPERT_WEIGHTS_BF16, 0, E, H, I, 82);
+    const device::LayerShape shape = shape_of(w0, max_tokens, k);
+    // Exactly the work buffer, the stream buffer and two resident experts per layer.
+    const uint64_t budget = device::workspace_bytes(shape) + runtime::StreamBuffer::bytes_for(shape) +
+                            4 * device::expert_bytes(H, I);
+    std::shared_ptr<device::Device> dev = standin(budget);
+    std::unique_ptr<device::DeviceLayer> stream_layer;
+    REQUIRE(dev->create_layer(shape, &stream_layer).is_ok());
+    auto buffer = std::make_shared<runtime::StreamBuffer>(dev, std::move(stream_layer));
+    std::vector<std::unique_ptr<runtime::HybridFfn>> layers;
+    std::vector<std::unique_ptr<moe::ExpertPool>> cpu_only;
+    for (const test::ExpertWeights *w : {&w0, &w1}) {
+        std::unique_ptr<device::DeviceLayer> layer;
+        REQUIRE(dev->create_layer(shape, &layer).is_ok());
+        upload(*layer, *w, 2);
+        upload(*layer, *w, 5);
+        layers.push_back(std::make_unique<runtime::HybridFfn>(make_pool(*w, max_tokens, k), dev, std::move(layer),
+                                                              max_tokens, nullptr, static_cast<int64_t>(layers.size())));
+        REQUIRE(layers.back()->init().is_ok());
+        CHECK(layers.back()->set_streaming(buffer, threshold).code() == KT_STATUS_INVALID_ARGUMENT);  // no sources
+        set_sources(*layers.back(), *w);
+        REQUIRE(layers.back()->set_streaming(buffer, threshold).is_ok());
+        cpu_only.push_back(make_pool(*w, max_tokens, k));
+    }
+    std::unique_ptr<ThreadPool> unused;
+    REQUIRE(ThreadPool::create(ThreadPoolOptions{}, &unused).is_ok());
+    // T = 6 takes the split; 7, 19 and 50 (in chunks of max_tokens) the stream. Each T runs layer 0, layer 1, and
+    // layer 1 again: a streamed layer 1 after layer 0 uploads, the repeat finds its experts there.
+    for (int64_t T : {6, 7, 19, 50}) {
+        const bool streams = T > threshold;
+        const size_t order[3] = {0, 1, 1};
+        for (int i = 0; i < 3; ++i) {
+            const size_t l = order[i];
+            const test::Routing r = test::make_routing(T, k, E, 40 + static_cast<uint64_t>(T * 3 + i));
+            const std::vector<float> x = test::random_normal(static_cast<size_t>(T * H), 50 + static_cast<uint64_t>(T * 3 + i));
+            std::vector<float> want(x.size());
+            for (int64_t t0 = 0; t0 < T; t0 += max_tokens) {
+                const int64_t n = std::min(max_tokens, T - t0);
+                const std::vector<float> part = pool_forward(
+                    *cpu_only[l], std::vector<float>(x.begin() + t0 * H, x.begin() + (t0 + n) * H), n, k,
+                    std::vector<int32_t>(r.ids.begin() + t0 * k, r.ids.begin() + (t0 + n) * k),
+                    std::vector<float>(r.weights.begin() + t0 * k, r.weights.begin() + (t0 + n) * k));
+                std::copy(part.begin(), part.end(), want.begin() + t0 * H);
+            }
+            const runtime::HybridStats before = layers[l]->stats();
+            std::vector<float> y(x.size());
+            REQUIRE(layers[l]->forward(x.data(), T, r.ids.data(), r.weights.data(), k, y.data(), *unused).is_ok());
+            const runtime::HybridStats after = layers[l]->stats();
+            INFO("T " << T << ", call " << i << " (layer " << l << ")");
+            // The same BF16 rounding on both sides (see "the split equals the all-CPU pool"); a layer computed
+            // with the other layer's experts would be off by the whole output.
+            CHECK(worst_difference(y, want) <= 1e-3 * max_abs(want));
+            if (streams) {
+                CHECK(after.cpu_rows == before.cpu_rows);  // the CPU computed nothing
+                // Every routed slot (the routing leaves some empty: id -1).
+                CHECK(after.device_rows - before.device_rows == std::count_if(r.ids.begin(), r.ids.end(), [](int32_t e) { return e >= 0; }));
+                CHECK(after.streamed_calls == before.streamed_calls + 1);
+                CHECK(after.stream_uploads - before.stream_uploads == (i < 2 ? 1 : 0));
+            } else {
+                CHECK(after.cpu_rows > before.cpu_rows);
+                CHECK(after.streamed_calls == before.streamed_calls);
+            }
+        }
+    }
+    const runtime::HybridStats s0 = layers[0]->stats(), s1 = layers[1]->stats();
+    CHECK(s0.streamed_calls == 3);
+    CHECK(s1.streamed_calls == 6);
+    CHECK(s0.stream_uploads == 3);
+    CHECK(s1.stream_uploads == 3);
+    CHECK(s0.stream_bytes == 3 * runtime::StreamBuffer::bytes_for(shape));
+    // The plan's bytes, exactly: the stream buffer was filled once, its slots reused by every later upload.
+    CHECK(dev->used_bytes() == budget);
+
+    // A layer of another shape cannot use the buffer.
+    const test::ExpertWeights wide = test::make_experts(KT_TYPE_BF16, KT_EXPERT_WEIGHTS_BF16, 0, E, 2 * H, I, 83);
+    std::shared_ptr<device::Device> other_dev = standin(1ull << 30);
+    std::unique_ptr<device::DeviceLayer> other_layer;
+    REQUIRE(other_dev->create_layer(shape_of(wide, max_tokens, k), &other_layer).is_ok());
+    runtime::HybridFfn other(make_pool(wide, max_tokens, k), other_dev, std::move(other_layer), max_tokens, nullptr, 7);
+    set_sources(other, wide);
+    const Status refused = other.set_streaming(buffer, threshold);
+    CHECK(refused.code() == KT_STATUS_UNSUPPORTED);
+    CHECK_THAT(refused.message(), Catch::Contains("stream buffer"));
+}
+
+TEST_CASE("hybrid: a stream buffer the budget cannot hold fails the streamed call, and the split still works") {
+    const int64_t E = 8, H = 64, I = 32, T = 12;
+    const int32_t k = 2;
+    const test::ExpertWeights w = test::make_experts(KT_TYPE_BF16, KT_EXPERT_WEIGHTS_BF16, 0, E, H, I, 84);
+    const device::LayerShape shape = shape_of(w, T, k);
+    // The work buffer, one resident expert and all but one of the stream buffer's slots.
+    std::shared_ptr<device::Device> dev =
+        standin(device::workspace_bytes(shape) + runtime::StreamBuffer::bytes_for(shape));
+    std::unique_ptr<device::DeviceLayer> stream_layer, layer;
+    REQUIRE(dev->create_layer(shape, &stream_layer).is_ok());
+    REQUIRE(dev->create_layer(shape, &layer).is_ok());
+    upload(*layer, w, 3);
+    auto buffer = std::make_shared<runtime::StreamBuffer>(dev, std::move(stream_layer));
+    runtime::HybridFfn hybrid(make_pool(w, T, k), dev, std::move(layer), T, nullptr, 0);
+    REQUIRE(hybrid.init().is_ok());
+    set_sources(hybrid, w);
+    REQUIRE(hybrid.set_streaming(buffer, 4).is_ok());
+    std::unique_ptr<ThreadPool> unused;
+    REQUIRE(ThreadPool::create(ThreadPoolOptions{}, &unused).is_ok());
+    const test::Routing r = test::make_routing(T, k, E, 85);
+    const std::vector<float> x = test::random_normal(static_cast<size_t>(T * H), 86);
+    std::vector<float> y(x.size());
+    const Status s = hybrid.forward(x.data(), T, r.ids.data(), r.weights.data(), k, y.data(), *unused);
+    CHECK(s.code() == KT_STATUS_OUT_OF_MEMORY);
+    CHECK_THAT(s.message(), Catch::Contains("streaming expert 7"));
+    CHECK(dev->used_bytes() <= dev->budget_bytes());
+    // Below the threshold the layer's own split is untouched by the half-filled buffer.
+    std::unique_ptr<moe::ExpertPool> cpu_only = make_pool(w, T, k);
+    const std::vector<float> want = pool_forward(*cpu_only, std::vector<float>(x.begin(), x.begin() + 4 * H), 4, k,
+                                                 std::vector<int32_t>(r.ids.begin(), r.ids.begin() + 4 * k),
+                                                 std::vector<float>(r.weights.begin(), r.weights.begin() + 4 * k));
+    std::vector<float> small(want.size());
+    REQUIRE(hybrid.forward(x.data(), 4, r.ids.data(), r.weights.data(), k, small.data(), *unused).is_ok());
+    CHECK(worst_difference(small, want) <= 1e-3 * max_abs(want));
 }

@@ -133,7 +133,7 @@ TEST_CASE("server options: defaults, every flag, and usage errors") {
                    "--request-log", "-", "--chat-template", "chatml", "-n", "50", "--ping-ms", "10",
                    "--drain-seconds", "5", "--http-threads", "12", "--temp", "0", "--seed", "9",
                    "--pack-cache", "/tmp/x.ktpack", "--device", "standin", "--device-budget", "3M",
-                   "--device-experts", "2", "--device-deferred", "3"},
+                   "--device-experts", "2", "--device-deferred", "3", "--device-prefill", "64"},
                   &o)
                 .empty());
     CHECK(o.model_path == "x.gguf");
@@ -164,6 +164,7 @@ TEST_CASE("server options: defaults, every flag, and usage errors") {
     CHECK(o.load.device_budget_bytes == 3ull << 20);
     CHECK(o.load.device_experts == 2);
     CHECK(o.load.device_deferred_experts == 3);
+    CHECK(o.load.device_prefill_threshold == 64);
     REQUIRE(parse({"--pack-cache", "on", "--device", "cuda:1"}, &o).empty());
     CHECK(o.load.pack_cache == 1);
     CHECK(o.pack_cache_path.empty());  // next to the model
@@ -175,7 +176,8 @@ TEST_CASE("server options: defaults, every flag, and usage errors") {
              {"--port"}, {"--port", "70000"}, {"--port", "80x"}, {"-np", "0"}, {"--kv-type", "q4_0"},
              {"--frobnicate", "1"}, {"--api-key", ""}, {"-n", "0"}, {"--temp", "warm"}, {"--body-limit", "10"},
              {"--pack-cache", ""}, {"--device", "tpu"}, {"--device", "cuda:x"}, {"--device-budget", "lots"},
-             {"--device-experts", "-1"}, {"--device-deferred", "-2"}, {"--device-deferred", "1x"}}) {
+             {"--device-experts", "-1"}, {"--device-deferred", "-2"}, {"--device-deferred", "1x"},
+             {"--device-prefill", "-1"}, {"--device-prefill", "3000000000"}}) {
         INFO(bad[0]);
         const std::string problem = parse(bad, &o);
         CHECK_FALSE(problem.empty());

@@ -76,7 +76,7 @@ _ModelParams = _struct("kt_model_params", [("struct_size", _U32), ("use_mmap", _
                                            ("device", _I32), ("device_index", _I32), ("device_budget_bytes", _U64),
                                            ("device_experts", _I64), ("device_expert_counts", ctypes.POINTER(_U64)),
                                            ("device_expert_counts_len", _U64), ("device_deferred_experts", _I32),
-                                           ("reserved2", _I32)])
+                                           ("device_prefill_threshold", _I32)])
 _TensorInfo = _struct("kt_tensor_info", [("struct_size", _U32), ("type", _I32), ("n_dims", _I32), ("reserved0", _I32),
                                          ("ne", _I64 * _MAX_DIMS), ("n_elements", _U64), ("n_bytes", _U64),
                                          ("file_offset", _U64), ("name", ctypes.c_char_p)])

@@ -159,7 +159,7 @@ pub struct kt_model_params {
     pub device_expert_counts: *const u64,
     pub device_expert_counts_len: u64,
     pub device_deferred_experts: i32,
-    pub reserved2: i32,
+    pub device_prefill_threshold: i32,
 }
 
 #[repr(C)]

@@ -34,7 +34,7 @@ fn rust_layouts() -> BTreeMap<String, Layout> {
         kt_error { struct_size, status, message }
         kt_model_params { struct_size, use_mmap, prefetch, reserved0, progress_callback, progress_user_data, prepare,
                           n_threads, pack_cache, reserved1, pack_cache_path, device, device_index, device_budget_bytes, device_experts, device_expert_counts,
-                          device_expert_counts_len, device_deferred_experts, reserved2 }
+                          device_expert_counts_len, device_deferred_experts, device_prefill_threshold }
         kt_tensor_info { struct_size, r#type, n_dims, reserved0, ne, n_elements, n_bytes, file_offset, name }
         kt_tensor_spec { struct_size, role, optional, n_dims, ne, name }
         kt_context_params { struct_size, n_threads, n_ctx, n_batch, kv_type, kernels, abort_callback, abort_user_data }

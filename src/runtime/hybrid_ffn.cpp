@@ -19,8 +19,8 @@ HybridFfn::HybridFfn(std::unique_ptr<moe::ExpertPool> pool, std::shared_ptr<devi
     : chain_(std::move(chain)), model_layer_(model_layer), pool_(std::move(pool)), device_(std::move(device)),
       layer_(std::move(layer)), n_(pool_->config().n_experts),
       hidden_(pool_->config().hidden), intermediate_(pool_->config().intermediate), max_tokens_(max_tokens),
-      dev_out_(static_cast<size_t>(max_tokens * pool_->config().hidden)), counter_(pool_->config().n_experts),
-      stream_id_(next_stream_id()) {}
+      dev_out_(static_cast<size_t>(max_tokens * pool_->config().hidden)), stream_id_(next_stream_id()),
+      counter_(pool_->config().n_experts) {}
 
 HybridFfn::~HybridFfn() {
     // The layer's device memory goes back before the device itself (held by device_) may go.

@@ -209,8 +209,9 @@ typedef struct kt_model_params {
     /* Added after the fields above (older callers get the defaults): the hybrid path. With a device, kt_model_load
        places the routed experts of each MoE layer under device_budget_bytes - the hottest by device_expert_counts,
        or the lowest ids without counts - and the expert engine (KT_KERNELS_AUTO) runs those on the device and the
-       rest on the CPU at the same time, adding both. The device holds them as BF16 (6 * hidden * intermediate
-       bytes each) plus one work buffer; kt_model_device_plan prints the placement. KT_STATUS_OUT_OF_MEMORY when
+       rest on the CPU at the same time, adding both. The dense FFNs (DeepSeek's leading dense layers) and shared
+       experts run on the device too, all of them (placed before any routed expert). The device holds them as BF16
+       (6 * hidden * intermediate bytes each) plus one work buffer; kt_model_device_plan prints the placement. KT_STATUS_OUT_OF_MEMORY when
        the work buffer or the requested experts do not fit the budget, KT_STATUS_INVALID_ARGUMENT when
        device_experts exceeds a layer's experts, KT_STATUS_UNSUPPORTED for KT_DEVICE_CUDA without CUDA or a GPU
        and for experts with biases or a clamped SwiGLU (gpt-oss). The reference kernels ignore the device. */

@@ -40,17 +40,45 @@ Status moe_layers(const gguf::File &file, std::vector<device::PlacementLayer> *o
     return Status::ok();
 }
 
+// The dense FFNs and shared experts of the file that the device computes: every "blk.<n>.ffn_gate.weight" and
+// "blk.<n>.ffn_gate_shexp.weight" (ne = {H, I}) of a layer without FFN biases, as one-expert device layers.
+std::vector<device::PlacementLayer> dense_ffns(const gguf::File &file) {
+    std::vector<device::PlacementLayer> out;
+    for (const gguf::TensorInfo &t : file.tensors()) {
+        const std::string name(t.name);
+        const int64_t layer = runtime::block_of(name.c_str());
+        if (layer < 0 || t.n_dims != 2) continue;
+        const size_t dot = name.find('.', 4);
+        const std::string rest = name.substr(dot + 1);
+        if (rest != "ffn_gate.weight" && rest != "ffn_gate_shexp.weight") continue;
+        if (file.find_tensor(name.substr(0, name.size() - std::strlen("weight")) + "bias")) continue;  // stays on the CPU
+        device::PlacementLayer l;
+        l.layer = layer;
+        l.n_experts = 1;
+        l.hidden = t.ne[0];
+        l.intermediate = t.ne[1];
+        out.push_back(l);
+    }
+    return out;
+}
+
+// Every hybrid FFN of the prepared model: routed experts, dense FFNs and shared experts on the device.
+template <typename Fn>
+void for_each_hybrid(const model::Model &m, Fn &&fn) {
+    for (const model::LayerWeights &L : m.w.layers)
+        for (const model::Ffn *f : {&L.experts, &L.ffn, &L.shared})
+            if (const auto *h = dynamic_cast<const runtime::HybridFfn *>(f->experts.get())) fn(*h);
+}
+
 std::string split_line(const kt_model *model) {
     const std::shared_ptr<const model::Model> &m = model->runners[KT_KERNELS_AUTO];
     if (!m) return "";
     runtime::HybridStats sum;
     const runtime::DeferredChain *chain = nullptr;
-    for (const model::LayerWeights &L : m->w.layers) {
-        const auto *h = dynamic_cast<const runtime::HybridFfn *>(L.experts.experts.get());
-        if (!h) continue;
-        sum.add(h->stats());
-        if (h->chain()) chain = h->chain();
-    }
+    for_each_hybrid(*m, [&](const runtime::HybridFfn &h) {
+        sum.add(h.stats());
+        if (h.chain()) chain = h.chain();
+    });
     const int64_t shorter = std::min(sum.cpu_ns, sum.device_ns);
     std::string deferred;
     if (chain) {
@@ -124,13 +152,20 @@ Status setup_device(kt_model *model, const kt_model_params &p) {
     device::PlacementRequest request;
     request.budget_bytes = p.device_budget_bytes;
     request.experts_per_layer = p.device_experts;
+    // The work buffer covers every layer the device computes; the stream buffer the routed layers only.
     const runtime::EngineOptions engine_defaults;
-    device::LayerShape covering;
+    device::LayerShape covering, routed;
     for (const device::PlacementLayer &l : layers)
-        covering = device::cover(covering, runtime::device_layer_shape(engine_defaults, l.n_experts, l.hidden, l.intermediate));
-    request.non_expert_bytes = device::workspace_bytes(covering);
+        routed = device::cover(routed, runtime::device_layer_shape(engine_defaults, l.n_experts, l.hidden, l.intermediate));
+    covering = routed;
+    for (const device::PlacementLayer &d : dense_ffns(*model->file)) {
+        covering = device::cover(covering, runtime::device_layer_shape(engine_defaults, 1, d.hidden, d.intermediate));
+        request.dense_bytes += device::expert_bytes(d.hidden, d.intermediate);
+        ++request.n_dense;
+    }
+    request.non_expert_bytes = device::workspace_bytes(covering) + request.dense_bytes;
     if (p.device_prefill_threshold > 0) {
-        request.stream_bytes = runtime::StreamBuffer::bytes_for(covering);
+        request.stream_bytes = runtime::StreamBuffer::bytes_for(routed);
         request.non_expert_bytes += request.stream_bytes;
     }
     const device::PlacementRequest without_counts = request;
@@ -148,7 +183,7 @@ Status setup_device(kt_model *model, const kt_model_params &p) {
     model->device_plan = std::move(plan);
     model->device_deferred_experts = p.device_deferred_experts;
     model->device_prefill_threshold = p.device_prefill_threshold;
-    model->device_stream_shape = covering;
+    model->device_stream_shape = routed;
     model->device_layers = std::move(layers);
     model->device_request = without_counts;
     model->device_n_layer = n_layer;

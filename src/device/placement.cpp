@@ -14,10 +14,12 @@ const LayerPlacement *Plan::find(int64_t layer) const {
 }
 
 std::string Plan::to_string() const {
-    std::string s = format("device plan: budget %llu bytes, work buffer %llu, stream buffer %llu, experts %llu, used %llu (%s)\n",
+    std::string s = format("device plan: budget %llu bytes, work buffer %llu, stream buffer %llu, dense FFNs %lld (%llu "
+                           "bytes), experts %llu, used %llu (%s)\n",
                            static_cast<unsigned long long>(budget_bytes),
-                           static_cast<unsigned long long>(non_expert_bytes - stream_bytes),
-                           static_cast<unsigned long long>(stream_bytes), static_cast<unsigned long long>(expert_bytes),
+                           static_cast<unsigned long long>(non_expert_bytes - stream_bytes - dense_bytes),
+                           static_cast<unsigned long long>(stream_bytes), static_cast<long long>(n_dense),
+                           static_cast<unsigned long long>(dense_bytes), static_cast<unsigned long long>(expert_bytes),
                            static_cast<unsigned long long>(used_bytes()),
                            by_counts ? "hottest by activation counts" : "no counts: lowest ids");
     for (const LayerPlacement &l : layers) {
@@ -33,14 +35,15 @@ Status plan_placement(const std::vector<PlacementLayer> &layers, const Placement
     KT_RETURN_IF(r.experts_per_layer < 0, KT_STATUS_INVALID_ARGUMENT, "placement: experts per layer is negative");
     KT_RETURN_IF(!r.counts.empty() && r.counts.size() != layers.size(), KT_STATUS_INVALID_ARGUMENT,
                  "placement: counts for %zu layers, the model has %zu MoE layers", r.counts.size(), layers.size());
-    KT_RETURN_IF(r.stream_bytes > r.non_expert_bytes, KT_STATUS_INVALID_ARGUMENT,
-                 "placement: the stream buffer is larger than the non-expert part");
+    KT_RETURN_IF(r.stream_bytes + r.dense_bytes > r.non_expert_bytes, KT_STATUS_INVALID_ARGUMENT,
+                 "placement: the stream buffer and dense FFNs are larger than the non-expert part");
     KT_RETURN_IF(r.non_expert_bytes > r.budget_bytes, KT_STATUS_OUT_OF_MEMORY,
-                 "placement: the non-expert part (%llu bytes: the device's work buffer %llu, the stream buffer %llu) does "
-                 "not fit the budget of %llu bytes",
+                 "placement: the non-expert part (%llu bytes: the device's work buffer %llu, the stream buffer %llu, %lld "
+                 "dense FFNs and shared experts %llu) does not fit the budget of %llu bytes",
                  static_cast<unsigned long long>(r.non_expert_bytes),
-                 static_cast<unsigned long long>(r.non_expert_bytes - r.stream_bytes),
-                 static_cast<unsigned long long>(r.stream_bytes), static_cast<unsigned long long>(r.budget_bytes));
+                 static_cast<unsigned long long>(r.non_expert_bytes - r.stream_bytes - r.dense_bytes),
+                 static_cast<unsigned long long>(r.stream_bytes), static_cast<long long>(r.n_dense),
+                 static_cast<unsigned long long>(r.dense_bytes), static_cast<unsigned long long>(r.budget_bytes));
     const uint64_t room = r.budget_bytes - r.non_expert_bytes;
     std::vector<uint64_t> each(layers.size());
     for (size_t i = 0; i < layers.size(); ++i) each[i] = expert_bytes(layers[i].hidden, layers[i].intermediate);
@@ -58,8 +61,8 @@ Status plan_placement(const std::vector<PlacementLayer> &layers, const Placement
                          static_cast<long long>(l.n_experts));
         const uint64_t need = bytes_for(r.experts_per_layer);
         KT_RETURN_IF(need > room, KT_STATUS_OUT_OF_MEMORY,
-                     "placement: %lld experts per layer need %llu bytes on the device plus %llu for the work and "
-                     "stream buffers, but the budget is %llu bytes",
+                     "placement: %lld experts per layer need %llu bytes on the device plus %llu for the rest (work "
+                     "and stream buffers, dense FFNs), but the budget is %llu bytes",
                      static_cast<long long>(r.experts_per_layer), static_cast<unsigned long long>(need),
                      static_cast<unsigned long long>(r.non_expert_bytes), static_cast<unsigned long long>(r.budget_bytes));
         std::fill(count.begin(), count.end(), r.experts_per_layer);
@@ -78,8 +81,8 @@ Status plan_placement(const std::vector<PlacementLayer> &layers, const Placement
         }
         KT_RETURN_IF(!layers.empty() && std::all_of(count.begin(), count.end(), [](int64_t n) { return n == 0; }),
                      KT_STATUS_OUT_OF_MEMORY,
-                     "placement: the budget of %llu bytes holds the work and stream buffers (%llu bytes) but no expert "
-                     "(%llu bytes each in the smallest layer)",
+                     "placement: the budget of %llu bytes holds the rest (work and stream buffers, dense "
+                     "FFNs: %llu bytes) but no expert (%llu bytes each in the smallest layer)",
                      static_cast<unsigned long long>(r.budget_bytes), static_cast<unsigned long long>(r.non_expert_bytes),
                      static_cast<unsigned long long>(*std::min_element(each.begin(), each.end())));
     }
@@ -88,6 +91,8 @@ Status plan_placement(const std::vector<PlacementLayer> &layers, const Placement
     plan.budget_bytes = r.budget_bytes;
     plan.non_expert_bytes = r.non_expert_bytes;
     plan.stream_bytes = r.stream_bytes;
+    plan.dense_bytes = r.dense_bytes;
+    plan.n_dense = r.n_dense;
     for (size_t i = 0; i < layers.size(); ++i) {
         const PlacementLayer &l = layers[i];
         const std::vector<uint64_t> *counts = r.counts.empty() || r.counts[i].empty() ? nullptr : &r.counts[i];

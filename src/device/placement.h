@@ -5,8 +5,8 @@
 // hot, ties going to the lower id. How many per layer: exactly `experts_per_layer` when given (an error when a
 // layer has fewer experts, or when they do not fit), else the largest count that fits in every layer, then one more
 // expert per layer, layer by layer, while that still fits. Bytes are exact: device::expert_bytes per expert plus
-// the non-expert part (the device's shared work buffer and, with a prefill threshold, the stream buffer that holds
-// one layer's experts for long prompts), which must fit first.
+// the non-expert part (the device's shared work buffer, every dense FFN and shared expert, and, with a prefill
+// threshold, the stream buffer that holds one layer's experts for long prompts), which must fit first.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +27,8 @@ struct PlacementRequest {
     int64_t experts_per_layer = 0;  // > 0: exactly this many per layer; 0: as many as fit
     uint64_t non_expert_bytes = 0;  // what the device holds besides experts (its work buffer, the stream buffer)
     uint64_t stream_bytes = 0;      // of non_expert_bytes, the stream buffer (runtime/hybrid_ffn.h's StreamBuffer)
+    uint64_t dense_bytes = 0;       // of non_expert_bytes, the dense FFNs and shared experts (n_dense of them)
+    int64_t n_dense = 0;
     // counts[i][e]: activations of expert e of layers[i]; empty (or an empty row): no counts for that layer.
     std::vector<std::vector<uint64_t>> counts;
 };
@@ -40,7 +42,8 @@ struct LayerPlacement {
 
 struct Plan {
     uint64_t budget_bytes = 0, non_expert_bytes = 0, expert_bytes = 0;  // expert_bytes: all layers
-    uint64_t stream_bytes = 0;  // of non_expert_bytes
+    uint64_t stream_bytes = 0, dense_bytes = 0;  // of non_expert_bytes
+    int64_t n_dense = 0;                         // dense FFNs and shared experts on the device
     bool by_counts = false;
     std::vector<LayerPlacement> layers;
     uint64_t used_bytes() const { return non_expert_bytes + expert_bytes; }

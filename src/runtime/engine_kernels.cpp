@@ -166,6 +166,25 @@ public:
             *out = std::move(hybrid);
             return Status::ok();
         }
+        // A dense FFN or shared expert (one expert) runs on the device whenever the plan has them there (it counted
+        // every one without biases).
+        const bool dense_on_device = options_.device && options_.plan && options_.plan->n_dense > 0 && gate.count == 1 &&
+                                     !options.gate_bias && !options.up_bias && !options.down_bias &&
+                                     options.swiglu_limit <= 0.0f && options.swiglu_alpha <= 0.0f;
+        if (dense_on_device) {
+            std::unique_ptr<device::DeviceLayer> layer;
+            KT_TRY(Status(options_.device->create_layer(device_layer_shape(options_, 1, c.hidden, c.intermediate), &layer))
+                       .with_context(gate.first.name));
+            KT_TRY(Status(layer->upload(0, gate.at(0), up.at(0), down.at(0))).with_context(gate.first.name));
+            // The pool is loaded all the same (a HybridFfn is built around one), but never runs: its only expert is
+            // resident.
+            KT_TRY(Status(pool->load(g, u, d, 0, -1, options_.store.get(), names)).with_context(gate.first.name));
+            auto hybrid = std::make_unique<HybridFfn>(std::move(pool), options_.device, std::move(layer), c.max_tokens,
+                                                      nullptr, block_of(gate.first.name));
+            KT_TRY(hybrid->init());
+            *out = std::move(hybrid);
+            return Status::ok();
+        }
         KT_TRY(Status(pool->load(g, u, d, 0, -1, options_.store.get(), names)).with_context(gate.first.name));
         *out = std::make_unique<PoolFfn>(std::move(pool), c.n_experts, c.hidden, c.intermediate, c.max_tokens);
         return Status::ok();

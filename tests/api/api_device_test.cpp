@@ -427,3 +427,59 @@ TEST_CASE("device api: a prompt above the prefill threshold runs whole layers on
     CHECK(s == KT_STATUS_OUT_OF_MEMORY);
     CHECK_THAT(last_message(), Catch::Contains("stream buffers"));
 }
+
+TEST_CASE("device api: dense FFNs and shared experts run on the device, placed before the routed experts") {
+    // deepseek2, 2 layers: a leading dense layer (I = 24) and a MoE layer with 8 routed experts (I = 16, BF16) and
+    // one shared expert (I = 16).
+    kt::test::TinyModel s;
+    s.arch = "deepseek2";
+    s.n_layer = 2;
+    s.n_head = 4;
+    s.n_head_kv = 1;
+    s.n_ff = 24;
+    s.n_expert = 8;
+    s.n_expert_used = 2;
+    s.seed = 11;
+    s.types.push_back({"_exps.", KT_TYPE_BF16});
+    s.keys = {{"deepseek2.attention.key_length", kt::gguf::Value::u32(24)},
+              {"deepseek2.attention.value_length", kt::gguf::Value::u32(16)},
+              {"deepseek2.rope.dimension_count", kt::gguf::Value::u32(8)},
+              {"deepseek2.attention.kv_lora_rank", kt::gguf::Value::u32(16)},
+              {"deepseek2.attention.key_length_mla", kt::gguf::Value::u32(16)},
+              {"deepseek2.attention.value_length_mla", kt::gguf::Value::u32(8)},
+              {"deepseek2.leading_dense_block_count", kt::gguf::Value::u32(1)},
+              {"deepseek2.expert_feed_forward_length", kt::gguf::Value::u32(16)},
+              {"deepseek2.expert_shared_count", kt::gguf::Value::u32(1)},
+              {"deepseek2.expert_weights_scale", kt::gguf::Value::f32(2.5f)},
+              {"deepseek2.expert_weights_norm", kt::gguf::Value::boolean(true)},
+              {"deepseek2.expert_gating_func", kt::gguf::Value::u32(2)}};
+    kt::test::TempDir dir;
+    const std::string path = dir.file("deepseek.gguf");
+    kt::test::write_tiny_model_file_or_fail(s, path);
+    kt_model_params cpu_params;
+    kt_model_params_init(&cpu_params);
+    kt_model *cpu = load(path, cpu_params);
+    const Run expected = run(cpu);
+    kt_model_free(cpu);
+
+    const uint64_t dense = 6 * 32 * 24 + 6 * 32 * 16, expert = 6 * 32 * 16;
+    kt_model *hybrid = load(path, standin_params(64ull << 20, 2));
+    const std::string before = plan_of(hybrid);
+    INFO(before);
+    CHECK_THAT(before, Catch::Contains("dense FFNs 2 (" + std::to_string(dense) + " bytes)"));
+    CHECK_THAT(before, Catch::Contains("layer 1: 2/8 experts"));
+    const uint64_t work = number_after(before, "work buffer ");
+    CHECK(number_after(before, ", used ") == work + dense + 2 * expert);
+    const Run got = run(hybrid);
+    CHECK(got.tokens == expected.tokens);
+    CHECK(relative_worst(got.logits, expected.logits) <= 1e-3);
+    // Exact accounting: the dense FFN and the shared expert are on the device next to the two routed experts.
+    CHECK_THAT(plan_of(hybrid), Catch::Contains(": " + std::to_string(work + dense + 2 * expert) + " bytes in use"));
+    kt_model_free(hybrid);
+
+    // A budget without room for them all is refused before any routed expert is placed.
+    kt_status status = KT_STATUS_OK;
+    CHECK(load(path, standin_params(work + dense - 1, 0), &status) == nullptr);
+    CHECK(status == KT_STATUS_OUT_OF_MEMORY);
+    CHECK_THAT(last_message(), Catch::Contains("2 dense FFNs and shared experts"));
+}

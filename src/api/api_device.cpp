@@ -93,14 +93,18 @@ std::string split_line(const kt_model *model) {
                           static_cast<long long>(sum.streamed_calls), model->device_prefill_threshold,
                           static_cast<long long>(sum.stream_uploads), static_cast<double>(sum.stream_bytes) * 1e-6,
                           static_cast<double>(sum.stream_upload_ns) * 1e-6);
+    std::string begun;
+    if (sum.begun_calls > 0)
+        begun = format(", shared experts begun before the routed ones %lld: %.3f ms of their device work ran beside them",
+                       static_cast<long long>(sum.begun_calls), static_cast<double>(sum.begun_hidden_ns) * 1e-6);
     return format("split: %lld calls, rows %lld on the device / %lld on the CPU (%lld deferred), device %.3f ms, "
-                  "cpu %.3f ms, hidden %.3f ms (%.1f %% of the shorter side), wall %.3f ms%s%s\n",
+                  "cpu %.3f ms, hidden %.3f ms (%.1f %% of the shorter side), wall %.3f ms%s%s%s\n",
                   static_cast<long long>(sum.calls), static_cast<long long>(sum.device_rows),
                   static_cast<long long>(sum.cpu_rows), static_cast<long long>(sum.deferred_rows),
                   static_cast<double>(sum.device_ns) * 1e-6, static_cast<double>(sum.cpu_ns) * 1e-6,
                   static_cast<double>(sum.overlap_ns) * 1e-6,
                   shorter > 0 ? 100.0 * static_cast<double>(sum.overlap_ns) / static_cast<double>(shorter) : 0.0,
-                  static_cast<double>(sum.wall_ns) * 1e-6, deferred.c_str(), streamed.c_str());
+                  static_cast<double>(sum.wall_ns) * 1e-6, deferred.c_str(), streamed.c_str(), begun.c_str());
 }
 
 // counts [n_layer][n_expert] -> one row per MoE layer of `layers`.

@@ -71,6 +71,17 @@ public:
     // returned as for Linear::forward (out is then unspecified).
     virtual Status forward(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights, int64_t k,
                            float *out, ThreadPool &pool) const = 0;
+    // forward() in two halves, so that the caller can run other work while FFNs that compute elsewhere (a device)
+    // are at it: begin_forward() starts the call and finish_forward() ends it and returns its status. Until
+    // finish_forward() returns, x, ids and weights stay valid and unchanged and out is neither read nor written by
+    // the caller; an FFN with a call in flight may make other threads' calls wait for it. After a failed
+    // begin_forward() there is nothing to finish; after a successful one finish_forward() must be called, from the
+    // same thread. The default computes the whole call in begin_forward().
+    virtual Status begin_forward(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights,
+                                 int64_t k, float *out, ThreadPool &pool) const {
+        return forward(x, n_tokens, ids, weights, k, out, pool);
+    }
+    virtual Status finish_forward() const { return Status::ok(); }
     // Activation counts, for placing the hottest experts on a device: out[e] = the (token, slot) pairs routed to
     // expert e since these kernels were built. False (and *out untouched) when these kernels do not count.
     virtual bool activation_counts(std::vector<uint64_t> *out) const {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <utility>
 
 namespace kt::runtime {
 namespace {
@@ -32,6 +33,37 @@ Status HybridFfn::init() { return pool_->set_mask(layer_->resident_mask().data()
 Status HybridFfn::forward(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights, int64_t k,
                           float *out, ThreadPool &) const {
     std::lock_guard<std::mutex> lock(mutex_);
+    return forward_locked(x, n_tokens, ids, weights, k, out);
+}
+
+Status HybridFfn::begin_forward(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights, int64_t k,
+                                float *out, ThreadPool &) const {
+    // Locked here and unlocked in finish_forward() (the same thread, as ExpertFfn's contract says): the chunk in
+    // flight owns the device layer, dev_out_ and chunk_ until then.
+    mutex_.lock();
+    const bool in_flight = !chain_ && !(stream_ && n_tokens > prefill_threshold_) && n_tokens <= max_tokens_;
+    Status s;
+    if (in_flight) {
+        counter_.add(ids, n_tokens * k);
+        s = begin_chunk(x, n_tokens, ids, weights, k, out);
+    } else {
+        s = forward_locked(x, n_tokens, ids, weights, k, out);
+    }
+    chunk_pending_ = in_flight && s.is_ok();
+    if (chunk_pending_) chunk_.begun_ns = monotonic_ns();
+    if (!s.is_ok()) mutex_.unlock();
+    return s;
+}
+
+Status HybridFfn::finish_forward() const {
+    const Status s = chunk_pending_ ? finish_chunk() : Status::ok();
+    chunk_pending_ = false;
+    mutex_.unlock();
+    return s;
+}
+
+Status HybridFfn::forward_locked(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights,
+                                 int64_t k, float *out) const {
     counter_.add(ids, n_tokens * k);  // every routing, deferred or not
     const bool streamed = stream_ && n_tokens > prefill_threshold_;
     if (!chain_) return streamed ? forward_streamed(x, n_tokens, ids, weights, k, out)
@@ -62,76 +94,89 @@ Status HybridFfn::forward(const float *x, int64_t n_tokens, const int32_t *ids, 
 
 Status HybridFfn::forward_chunks(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights, int64_t k,
                                  float *out) const {
-    const int64_t H = hidden_;
-    auto hook = [this] {
-        if (cpu_begin_hook_) cpu_begin_hook_();
-    };
-    const FunctionRef<void()> hook_ref(hook);
     for (int64_t t0 = 0; t0 < n_tokens; t0 += max_tokens_) {
         const int64_t T = std::min(max_tokens_, n_tokens - t0);
-        const int32_t *chunk_ids = ids + t0 * k;
-        int64_t cpu_rows = 0, dev_rows = 0;
-        for (int64_t i = 0; i < T * k; ++i) {
-            if (chunk_ids[i] < 0) continue;
-            if (layer_->resident(chunk_ids[i])) ++dev_rows;
-            else ++cpu_rows;
-        }
-        float *chunk_out = out + t0 * H;
-        const int64_t start = monotonic_ns();
-
-        // 1. The CPU experts, queued on the pool's executor.
-        moe::JobTimes cpu_times;
-        uint64_t ticket = 0;
-        if (cpu_rows > 0) {
-            moe::ForwardArgs args;
-            args.n_tokens = T;
-            args.top_k = static_cast<int32_t>(k);
-            args.input = x + t0 * H;
-            args.ids = chunk_ids;
-            args.weights = weights + t0 * k;
-            args.output = chunk_out;
-            args.times = &cpu_times;
-            if (cpu_begin_hook_) args.on_begin = &hook_ref;
-            KT_TRY(pool_->submit(args, &ticket));
-        } else {
-            std::fill(chunk_out, chunk_out + T * H, 0.0f);
-        }
-        // 2. Meanwhile, the device's experts.
-        device::Event event;
-        Status dev_status;
-        if (dev_rows > 0) {
-            device::ExpertWork work;
-            work.n_tokens = T;
-            work.top_k = static_cast<int32_t>(k);
-            work.input = x + t0 * H;
-            work.ids = chunk_ids;
-            work.weights = weights + t0 * k;
-            work.output = dev_out_.data();
-            dev_status = layer_->submit(work, &event);
-        }
-        // 3. Both results; the CPU job is waited for even when the device failed (it writes chunk_out).
-        const Status cpu_status = ticket ? pool_->wait(ticket) : Status::ok();
-        device::Interval dev_times;
-        if (dev_rows > 0 && dev_status.is_ok()) dev_status = layer_->wait(event, &dev_times);
-        KT_TRY(cpu_status);
-        KT_TRY(Status(dev_status).with_context("device experts"));
-        if (dev_rows > 0)
-            for (int64_t i = 0; i < T * H; ++i) chunk_out[i] += dev_out_[static_cast<size_t>(i)];
-
-        ++stats_.calls;
-        stats_.wall_ns += monotonic_ns() - start;
-        stats_.cpu_rows += cpu_rows;
-        stats_.device_rows += dev_rows;
-        const int64_t cpu_ns = ticket ? std::max<int64_t>(0, cpu_times.end_ns - cpu_times.begin_ns) : 0;
-        stats_.cpu_ns += cpu_ns;
-        stats_.device_ns += dev_times.ns();
-        if (ticket && dev_rows > 0) {
-            const int64_t both = std::min(cpu_times.end_ns, dev_times.end_ns) - std::max(cpu_times.begin_ns, dev_times.begin_ns);
-            stats_.overlap_ns += std::max<int64_t>(0, both);
-        }
-        stats_.last_cpu = ticket ? cpu_times : moe::JobTimes{};
-        stats_.last_device = dev_times;
+        KT_TRY(begin_chunk(x + t0 * hidden_, T, ids + t0 * k, weights + t0 * k, k, out + t0 * hidden_));
+        KT_TRY(finish_chunk());
     }
+    return Status::ok();
+}
+
+Status HybridFfn::begin_chunk(const float *x, int64_t T, const int32_t *ids, const float *weights, int64_t k,
+                              float *out) const {
+    Chunk &c = chunk_;
+    c = Chunk{};
+    c.n_tokens = T;
+    c.out = out;
+    for (int64_t i = 0; i < T * k; ++i) {
+        if (ids[i] < 0) continue;
+        if (layer_->resident(ids[i])) ++c.device_rows;
+        else ++c.cpu_rows;
+    }
+    c.start_ns = monotonic_ns();
+
+    // 1. The CPU experts, queued on the pool's executor.
+    if (c.cpu_rows > 0) {
+        moe::ForwardArgs args;
+        args.n_tokens = T;
+        args.top_k = static_cast<int32_t>(k);
+        args.input = x;
+        args.ids = ids;
+        args.weights = weights;
+        args.output = out;
+        args.times = &c.cpu_times;
+        if (cpu_begin_hook_) args.on_begin = &cpu_begin_ref_;
+        KT_TRY(pool_->submit(args, &c.ticket));
+    } else {
+        std::fill(out, out + T * hidden_, 0.0f);
+    }
+    // 2. Meanwhile, the device's experts. A failure here is finish_chunk's to report: the CPU job is in flight.
+    if (c.device_rows > 0) {
+        device::ExpertWork work;
+        work.n_tokens = T;
+        work.top_k = static_cast<int32_t>(k);
+        work.input = x;
+        work.ids = ids;
+        work.weights = weights;
+        work.output = dev_out_.data();
+        c.device_status = layer_->submit(work, &c.event);
+    }
+    return Status::ok();
+}
+
+Status HybridFfn::finish_chunk() const {
+    Chunk &c = chunk_;
+    const int64_t T = c.n_tokens, H = hidden_;
+    const int64_t called_ns = monotonic_ns();
+    // 3. Both results; the CPU job is waited for even when the device failed (it writes the output).
+    const Status cpu_status = c.ticket ? pool_->wait(c.ticket) : Status::ok();
+    device::Interval dev_times;
+    Status dev_status = c.device_status;
+    if (c.device_rows > 0 && dev_status.is_ok()) dev_status = layer_->wait(c.event, &dev_times);
+    KT_TRY(cpu_status);
+    KT_TRY(std::move(dev_status).with_context("device experts"));
+    if (c.device_rows > 0)
+        for (int64_t i = 0; i < T * H; ++i) c.out[i] += dev_out_[static_cast<size_t>(i)];
+
+    ++stats_.calls;
+    stats_.wall_ns += monotonic_ns() - c.start_ns;
+    stats_.cpu_rows += c.cpu_rows;
+    stats_.device_rows += c.device_rows;
+    const int64_t cpu_ns = c.ticket ? std::max<int64_t>(0, c.cpu_times.end_ns - c.cpu_times.begin_ns) : 0;
+    stats_.cpu_ns += cpu_ns;
+    stats_.device_ns += dev_times.ns();
+    if (c.ticket && c.device_rows > 0) {
+        const int64_t both = std::min(c.cpu_times.end_ns, dev_times.end_ns) -
+                             std::max(c.cpu_times.begin_ns, dev_times.begin_ns);
+        stats_.overlap_ns += std::max<int64_t>(0, both);
+    }
+    if (c.begun_ns > 0) {  // the device's work between begin_forward()'s return and this call ran beside the caller's
+        ++stats_.begun_calls;
+        stats_.begun_hidden_ns += std::max<int64_t>(0, std::min(dev_times.end_ns, called_ns) -
+                                                           std::max(dev_times.begin_ns, c.begun_ns));
+    }
+    stats_.last_cpu = c.ticket ? c.cpu_times : moe::JobTimes{};
+    stats_.last_device = dev_times;
     return Status::ok();
 }
 

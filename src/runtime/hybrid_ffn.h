@@ -18,6 +18,10 @@
 // prefill threshold: for a long prompt the device's arithmetic outweighs copying the layer's experts to it. Such a
 // call defers nothing (it has no CPU experts), but still adds what the layer before it deferred.
 //
+// begin_forward() / finish_forward() split a call so that the caller's own work runs while it is in flight: the model
+// starts a layer's shared expert (a one-expert HybridFfn, all on the device) before the routed experts and ends it
+// after them, so the device computes the shared expert while the CPU computes the routed ones.
+//
 // Each call's CPU job interval and device interval are recorded: the statistics say how long each side worked and
 // how much of it was hidden by the other (the intersection of the two intervals).
 #pragma once
@@ -87,6 +91,8 @@ struct HybridStats {
     int64_t stream_uploads = 0;    // of those, the ones that uploaded the layer's experts into the stream buffer
     int64_t stream_upload_ns = 0;  // the uploads' time, on the calling thread (not overlapped with anything)
     uint64_t stream_bytes = 0;     // device bytes uploaded by them
+    int64_t begun_calls = 0;       // calls left in flight by begin_forward() while the caller worked (shared experts)
+    int64_t begun_hidden_ns = 0;   // of their device work, the part done before finish_forward() was called
     // Of the last call (for tests): the two intervals on the monotonic_ns clock.
     moe::JobTimes last_cpu;
     device::Interval last_device;
@@ -105,6 +111,8 @@ struct HybridStats {
         stream_uploads += o.stream_uploads;
         stream_upload_ns += o.stream_upload_ns;
         stream_bytes += o.stream_bytes;
+        begun_calls += o.begun_calls;
+        begun_hidden_ns += o.begun_hidden_ns;
     }
 };
 
@@ -124,6 +132,12 @@ public:
     int64_t intermediate() const override { return intermediate_; }
     Status forward(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights, int64_t k, float *out,
                    ThreadPool &pool) const override;
+    // A call of at most max_tokens tokens, without deferring or streaming, returns from begin_forward() with its
+    // CPU job and device work in flight (a shared expert on the device runs while the routed experts run); any
+    // other call runs whole in begin_forward(). The layer stays locked to the caller until finish_forward().
+    Status begin_forward(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights, int64_t k,
+                         float *out, ThreadPool &pool) const override;
+    Status finish_forward() const override;
     bool activation_counts(std::vector<uint64_t> *out) const override {
         counter_.read(out);
         return true;
@@ -149,6 +163,24 @@ public:
     void set_cpu_begin_hook(std::function<void()> hook) { cpu_begin_hook_ = std::move(hook); }
 
 private:
+    // One chunk's work in flight, from begin_chunk() to finish_chunk(), under mutex_.
+    struct Chunk {
+        int64_t n_tokens = 0, start_ns = 0, cpu_rows = 0, device_rows = 0;
+        int64_t begun_ns = 0;  // when begin_forward() returned it to its caller; 0: a chunk of forward()
+        float *out = nullptr;
+        uint64_t ticket = 0;  // the CPU job; 0: none
+        moe::JobTimes cpu_times;
+        device::Event event;  // the device's call; ticket 0: none
+        Status device_status;
+    };
+    Status forward_locked(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights, int64_t k,
+                          float *out) const;
+    // Submits the CPU experts, then the device's, of one chunk (T <= max_tokens). A failure leaves nothing in
+    // flight; once it succeeded, finish_chunk() must follow.
+    Status begin_chunk(const float *x, int64_t T, const int32_t *ids, const float *weights, int64_t k,
+                       float *out) const;
+    // Waits for both, adds the device's sum into the output and counts the chunk.
+    Status finish_chunk() const;
     Status forward_chunks(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights, int64_t k,
                           float *out) const;
     Status forward_streamed(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights, int64_t k,
@@ -162,6 +194,8 @@ private:
     std::unique_ptr<device::DeviceLayer> layer_;
     int64_t n_, hidden_, intermediate_, max_tokens_;
     mutable std::mutex mutex_;  // one forward at a time: the device layer and dev_out_ are per layer
+    mutable Chunk chunk_;
+    mutable bool chunk_pending_ = false;  // begin_forward() left chunk_ in flight
     mutable std::vector<float> dev_out_;  // [max_tokens][H]: the device's result, copied back to the host
     mutable std::vector<int32_t> immediate_ids_, deferred_ids_;  // [max_tokens][k] with a chain
     bool have_sources_ = false;
@@ -172,6 +206,7 @@ private:
     mutable ActivationCounter counter_;
     mutable HybridStats stats_;
     std::function<void()> cpu_begin_hook_;
+    const FunctionRef<void()> cpu_begin_ref_{cpu_begin_hook_};  // what a CPU job calls (only when the hook is set)
 };
 
 }  // namespace kt::runtime

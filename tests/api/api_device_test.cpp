@@ -475,6 +475,9 @@ TEST_CASE("device api: dense FFNs and shared experts run on the device, placed b
     CHECK(relative_worst(got.logits, expected.logits) <= 1e-3);
     // Exact accounting: the dense FFN and the shared expert are on the device next to the two routed experts.
     CHECK_THAT(plan_of(hybrid), Catch::Contains(": " + std::to_string(work + dense + 2 * expert) + " bytes in use"));
+    // The shared expert began before the routed experts of every call (the prompt's and one per generated token)
+    // and finished after them.
+    CHECK(number_after(plan_of(hybrid), "shared experts begun before the routed ones ") >= got.tokens.size());
     kt_model_free(hybrid);
 
     // A budget without room for them all is refused before any routed expert is placed.

@@ -247,6 +247,63 @@ TEST_CASE("hybrid: the CPU job and the device work run at the same time") {
     CHECK(s.device_rows == T);
 }
 
+TEST_CASE("hybrid: a call begun on the device runs while the caller computes other experts on the CPU") {
+    // The model's shape of a MoE layer with a shared expert on the device: the shared expert (one expert, all on
+    // the device) begins, the routed experts (all on the CPU) run, then the shared expert finishes.
+    const int64_t E = 4, H = 64, I = 32, T = 12, max_tokens = 16;
+    const int32_t k = 2;
+    const test::ExpertWeights routed_w = test::make_experts(KT_TYPE_BF16, KT_EXPERT_WEIGHTS_BF16, 0, E, H, I, 41);
+    const test::ExpertWeights shared_w = test::make_experts(KT_TYPE_BF16, KT_EXPERT_WEIGHTS_BF16, 0, 1, H, 2 * I, 42);
+    Rendezvous rv;  // party 0: the routed experts' CPU job, 1: the shared expert's device work
+    std::shared_ptr<device::Device> dev = standin(1ull << 30, [&] { rv.meet(1); });
+    std::unique_ptr<device::DeviceLayer> routed_layer, shared_layer;
+    REQUIRE(dev->create_layer(shape_of(routed_w, max_tokens, k), &routed_layer).is_ok());  // nothing resident
+    REQUIRE(dev->create_layer(shape_of(shared_w, max_tokens, 1), &shared_layer).is_ok());
+    upload(*shared_layer, shared_w, 0);
+    runtime::HybridFfn routed(make_pool(routed_w, max_tokens, k), dev, std::move(routed_layer), max_tokens);
+    runtime::HybridFfn shared(make_pool(shared_w, max_tokens, 1), dev, std::move(shared_layer), max_tokens);
+    REQUIRE(routed.init().is_ok());
+    REQUIRE(shared.init().is_ok());
+    routed.set_cpu_begin_hook([&] { rv.meet(0); });
+
+    const test::Routing r = test::make_routing(T, k, E, 43);
+    const std::vector<float> x = test::random_normal(static_cast<size_t>(T * H), 44);
+    const std::vector<int32_t> zeros(static_cast<size_t>(T), 0);
+    const std::vector<float> scale = test::random_normal(static_cast<size_t>(T), 45);
+    std::vector<float> y_shared(static_cast<size_t>(T * H), -1.0f), y_routed(y_shared.size());
+    std::unique_ptr<ThreadPool> unused;
+    REQUIRE(ThreadPool::create(ThreadPoolOptions{}, &unused).is_ok());
+    REQUIRE(shared.begin_forward(x.data(), T, zeros.data(), scale.data(), 1, y_shared.data(), *unused).is_ok());
+    REQUIRE(routed.forward(x.data(), T, r.ids.data(), r.weights.data(), k, y_routed.data(), *unused).is_ok());
+    REQUIRE(shared.finish_forward().is_ok());
+    REQUIRE_FALSE(rv.timed_out);  // they met: the device worked on the shared expert while the CPU job ran
+    const runtime::HybridStats ss = shared.stats(), rs = routed.stats();
+    CHECK(rs.last_cpu.begin_ns < ss.last_device.end_ns);
+    CHECK(ss.last_device.begin_ns < rs.last_cpu.end_ns);
+    CHECK(ss.device_rows == T);
+    CHECK(ss.cpu_rows == 0);
+    CHECK(ss.begun_calls == 1);
+    CHECK(ss.begun_hidden_ns > 0);  // the device worked after begin_forward() returned, before finish_forward()
+    CHECK(ss.begun_hidden_ns <= ss.device_ns);
+    CHECK(rs.cpu_rows == std::count_if(r.ids.begin(), r.ids.end(), [](int32_t id) { return id >= 0; }));
+
+    // The same call through forward() gives the same bits (the device's arithmetic does not depend on how the
+    // call was waited for); a call too long for one chunk runs whole in begin_forward() and equals forward() too.
+    std::vector<float> again(y_shared.size());
+    REQUIRE(shared.forward(x.data(), T, zeros.data(), scale.data(), 1, again.data(), *unused).is_ok());
+    CHECK(again == y_shared);
+    const int64_t long_T = 2 * max_tokens + 3;
+    const std::vector<float> long_x = test::random_normal(static_cast<size_t>(long_T * H), 46);
+    const std::vector<int32_t> long_zeros(static_cast<size_t>(long_T), 0);
+    const std::vector<float> ones(static_cast<size_t>(long_T), 1.0f);
+    std::vector<float> whole(static_cast<size_t>(long_T * H)), halves(whole.size());
+    REQUIRE(shared.forward(long_x.data(), long_T, long_zeros.data(), ones.data(), 1, whole.data(), *unused).is_ok());
+    REQUIRE(shared.begin_forward(long_x.data(), long_T, long_zeros.data(), ones.data(), 1, halves.data(), *unused).is_ok());
+    REQUIRE(shared.finish_forward().is_ok());
+    CHECK(halves == whole);
+    CHECK(shared.stats().calls == 1 + 1 + 3 + 3);
+}
+
 TEST_CASE("device: memory is accounted exactly and never exceeds the budget") {
     const int64_t E = 4, H = 64, I = 32;
     const test::ExpertWeights w = test::make_experts(KT_TYPE_BF16, KT_EXPERT_WEIGHTS_BF16, 0, E, H, I, 41);

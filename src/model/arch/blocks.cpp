@@ -49,6 +49,21 @@ Status moe_ffn(const LayerWeights &L, const ops::RoutingParams &routing, const f
     return L.experts.experts->forward(h, n_tokens, s.ids.data(), s.gates.data(), routing.k, out, host.pool());  // [T, E]
 }
 
+Status moe_and_shared_ffn(const LayerWeights &L, const ops::RoutingParams &routing, const float *h, int64_t n_tokens,
+                          ForwardHost &host, float *out) {
+    if (!L.shared) return moe_ffn(L, routing, h, n_tokens, host, out);
+    Scratch &s = host.scratch();
+    // The shared expert's inputs (h, zeros, shared_scale) and output are not touched by moe_ffn until it finishes.
+    const ops::ExpertFfn &shared = *L.shared.experts;
+    KT_TRY(shared.begin_forward(h, n_tokens, s.zeros.data(), s.shared_scale.data(), 1, s.shared.data(), host.pool()));
+    const Status routed = moe_ffn(L, routing, h, n_tokens, host, out);   // out [T, E] routed experts
+    const Status finished = shared.finish_forward();                     // shared [T, E]
+    KT_TRY(routed);
+    KT_TRY(finished);
+    ops::add_inplace(out, s.shared.data(), n_tokens * L.shared.experts->hidden());
+    return Status::ok();
+}
+
 Status leading_dense_or_moe(const Model &m, int64_t layer, ForwardHost &host, const float *x, int64_t n_tokens,
                             float *out) {
     const HParams &hp = m.hp;
@@ -67,12 +82,8 @@ Status leading_dense_or_moe(const Model &m, int64_t layer, ForwardHost &host, co
                                      .renormalize = hp.expert_weights_norm, .scale = hp.expert_weights_scale,
                                      .selection_bias = L.expert_bias.data(), .n_group = hp.n_group,
                                      .n_group_used = hp.n_group_used};
-    KT_TRY(moe_ffn(L, routing, h, T, host, out));                             // out [T, E] routed experts
-    if (L.shared) {
-        KT_TRY(dense_ffn(L.shared, h, T, nullptr, host, s.shared.data()));    // ungated shared expert
-        ops::add_inplace(out, s.shared.data(), T * E);
-    }
-    return Status::ok();
+    if (L.shared) std::fill(s.shared_scale.begin(), s.shared_scale.begin() + T, 1.0f);  // ungated shared expert
+    return moe_and_shared_ffn(L, routing, h, T, host, out);                   // out [T, E]
 }
 
 Status attention_moe_forward(const Model &m, const Batch &b, ForwardHost &host, AttentionBlock attention) {

@@ -32,6 +32,13 @@ Status dense_ffn(const Ffn &ffn, const float *h, int64_t n_tokens, const float *
 Status moe_ffn(const LayerWeights &L, const ops::RoutingParams &routing, const float *h, int64_t n_tokens,
                ForwardHost &host, float *out);
 
+// The routed experts plus, when the layer has one, its shared expert weighted per token by scratch.shared_scale
+// (which the caller fills): out [T, E] = moe_ffn(h) + shared_scale[t] · shared(h). The shared expert begins before
+// the routed experts and finishes after them (ExpertFfn::begin_forward), so one on a device runs while the CPU
+// computes the routed experts; on the CPU it is computed first.
+Status moe_and_shared_ffn(const LayerWeights &L, const ops::RoutingParams &routing, const float *h, int64_t n_tokens,
+                          ForwardHost &host, float *out);
+
 // The FFN sub-block of deepseek2 and glm4moe, x [T, E] -> out [T, E] (h: scratch.h):
 //   h   = RMSNorm(x) · ffn_norm                          (glm4moe's post_attention_norm is bound as ffn_norm)
 //   out = SwiGLU(h)                                      dense, for the leading n_layer_dense_lead layers

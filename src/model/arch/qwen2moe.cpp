@@ -48,7 +48,7 @@ Status forward(const Model &m, const Batch &b, ForwardHost &host) {
     const HParams &hp = m.hp;
     Scratch &s = host.scratch();
     const int64_t T = b.n_tokens, E = hp.n_embd;
-    float *x = s.x.data(), *h = s.h.data(), *f = s.ffn_out.data(), *shared = s.shared.data();
+    float *x = s.x.data(), *h = s.h.data(), *f = s.ffn_out.data();
     const ops::RoutingParams routing{.gating = ops::Gating::kSoftmax, .n_expert = hp.n_expert,
                                      .k = hp.n_expert_used, .renormalize = false};
 
@@ -63,11 +63,9 @@ Status forward(const Model &m, const Batch &b, ForwardHost &host) {
 
         host.enter(Phase::kExperts);
         ops::rms_norm(x, L.ffn_norm.data(), T, E, hp.rms_eps, h);
-        KT_TRY(moe_ffn(L, routing, h, T, host, f));                            // f [T, E] routed experts
         for (int64_t t = 0; t < T; ++t)                                     // shared-expert gate [T]
             s.shared_scale[t] = ops::sigmoid(ops::dot(L.shared_gate.data(), h + t * E, E));
-        KT_TRY(dense_ffn(L.shared, h, T, s.shared_scale.data(), host, shared)); // shared [T, E]
-        ops::add_inplace(f, shared, T * E);
+        KT_TRY(moe_and_shared_ffn(L, routing, h, T, host, f));              // f [T, E] routed + gated shared
         ops::add_inplace(x, f, T * E);
         KT_TRY(host.layer_done(il));
     }

@@ -265,6 +265,12 @@ struct Kernels {
         // Q4_K 108 -> 123, Q4_0 136 -> 152, IQ4_XS 123 -> 134, Q8_0 150 -> 152; but Q5_K 82 -> 74, so Q5_K, whose
         // high bits go through a mask register per step, keeps its split.
         constexpr bool kShortGroups = kKpg != 0 && kKpg <= 8 && T != PackedType::kQ5_K;
+        // Broadcast activations folded into vpdpbusd's memory operand (simd_avx512.h, dot4_bcst) for INT8, and for
+        // the grouped formats in blocks of more than 4 rows: there the register broadcasts compete with the dots for
+        // issue slots, in short blocks the folded form loses. Zen 5, in cache (bench_gemm BM_gemm_cached, best of 2
+        // rounds, folded against register broadcasts): 32 and 128 rows Q4_K +13/+20 %, Q6_K +16/+23 %, Q8_0 +16/+21 %,
+        // INT4 +30/+32 %, IQ4_XS +26 %; 1 row 1-9 % slower, 4 rows Q6_K -13 %, Q8_0 -15 %.
+        constexpr bool kEmbedBroadcast = kKpg == 0 || mr > 4;
         constexpr int kSplit = S::kLatencyBoundDot && mr < 3 && !kShortGroups ? 4 / mr : 1;
         const PackedLayout &L = w.layout;
         const VecPos vp[kNV] = {vec_pos(c0, 0), vec_pos(c0, 1)};
@@ -371,7 +377,7 @@ struct Kernels {
                             for (int m = 0; m < mr; ++m)
                                 for (int v = 0; v < kNV; ++v)
                                     acci[m][v][j] = kSigned<T> ? S::dot4s(acci[m][v][j], u[v], S::bcst32(a[m] + 4 * kappa))
-                                                               : S::template dot4_bcst<kUMax, kKpg == 0>(
+                                                               : S::template dot4_bcst<kUMax, kEmbedBroadcast>(
                                                                      acci[m][v][j], u[v], a[m] + 4 * kappa);
                         }
                     }

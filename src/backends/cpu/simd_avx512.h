@@ -69,8 +69,8 @@ struct Avx512 {
     // dot4 against the 4 bytes at p broadcast to every lane. kEmbed: fold the broadcast into the instruction as its
     // {1to16} memory operand. Compilers otherwise load a broadcast that feeds several instructions into a register
     // once, and that vpbroadcastd competes with vpdpbusd for issue slots: in the INT8 kernel (no scale groups)
-    // folding lifts the in-cache rate from 65% to 79% of the vpdpbusd peak on Zen 5 (bench_gemm); in the grouped
-    // kernels it costs more register moves than it saves, so they keep the register broadcast. The memory is passed
+    // folding lifts the in-cache rate from 65% to 79% of the vpdpbusd peak on Zen 5 (bench_gemm); the grouped
+    // kernels fold it only in blocks of more than 4 rows (kernels_impl.h says what it measured). The memory is passed
     // as an address register, not an "m" operand: __m512i may alias anything, so an "m" operand makes GCC store every
     // accumulator to the stack before each instruction. This is sound because kernels only read activations, which
     // nothing writes while a kernel runs (kernels are called through function pointers, never inlined into code that

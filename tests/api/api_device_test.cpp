@@ -80,6 +80,16 @@ Run run(kt_model *m) {
     return r;
 }
 
+// The all-CPU model's run: what every device configuration must reproduce.
+Run all_cpu_run(const std::string &path) {
+    kt_model_params p;
+    kt_model_params_init(&p);
+    kt_model *cpu = load(path, p);
+    const Run r = run(cpu);
+    kt_model_free(cpu);
+    return r;
+}
+
 // The prompt decoded one token per call (where deferral happens most: a lone token keeps only its heaviest
 // experts), the logits of each.
 std::vector<float> run_stepwise(kt_model *m) {
@@ -317,11 +327,7 @@ TEST_CASE("device api: experts placed again from counts gathered while running, 
     kt::test::TempDir dir;
     const std::string path = dir.file("tiny.gguf");
     kt::test::write_tiny_model_file_or_fail(spec(), path);
-    kt_model_params cpu_params;
-    kt_model_params_init(&cpu_params);
-    kt_model *cpu = load(path, cpu_params);
-    const Run expected = run(cpu);
-    kt_model_free(cpu);
+    const Run expected = all_cpu_run(path);
 
     kt_model *m = load(path, standin_params(64ull << 20, 2));  // no counts: experts 0 and 1 of each layer
     const std::string before = plan_of(m);
@@ -352,7 +358,9 @@ TEST_CASE("device api: experts placed again from counts gathered while running, 
     CHECK(kt_model_device_replace(m, counts.data(), 5) == KT_STATUS_INVALID_ARGUMENT);
     CHECK(kt_model_device_replace(m, nullptr, counts.size()) == KT_STATUS_INVALID_ARGUMENT);
     kt_model_free(m);
-    kt_model *plain = load(path, cpu_params);
+    kt_model_params plain_params;
+    kt_model_params_init(&plain_params);
+    kt_model *plain = load(path, plain_params);
     CHECK(kt_model_device_replace(plain, counts.data(), counts.size()) == KT_STATUS_NOT_FOUND);
     kt_model_free(plain);
     CHECK(kt_model_device_replace(nullptr, counts.data(), counts.size()) == KT_STATUS_INVALID_ARGUMENT);
@@ -374,11 +382,7 @@ TEST_CASE("device api: a prompt above the prefill threshold runs whole layers on
     kt::test::TempDir dir;
     const std::string path = dir.file("tiny.gguf");
     kt::test::write_tiny_model_file_or_fail(spec(), path);
-    kt_model_params cpu_params;
-    kt_model_params_init(&cpu_params);
-    kt_model *cpu = load(path, cpu_params);
-    const Run expected = run(cpu);
-    kt_model_free(cpu);
+    const Run expected = all_cpu_run(path);
 
     // 8 experts of 6 * hidden 32 * intermediate 48 bytes per layer in the stream buffer.
     const uint64_t expert = 6 * 32 * 48, stream = 8 * expert;
@@ -456,11 +460,7 @@ TEST_CASE("device api: dense FFNs and shared experts run on the device, placed b
     kt::test::TempDir dir;
     const std::string path = dir.file("deepseek.gguf");
     kt::test::write_tiny_model_file_or_fail(s, path);
-    kt_model_params cpu_params;
-    kt_model_params_init(&cpu_params);
-    kt_model *cpu = load(path, cpu_params);
-    const Run expected = run(cpu);
-    kt_model_free(cpu);
+    const Run expected = all_cpu_run(path);
 
     const uint64_t dense = 6 * 32 * 24 + 6 * 32 * 16, expert = 6 * 32 * 16;
     kt_model *hybrid = load(path, standin_params(64ull << 20, 2));

@@ -4,6 +4,7 @@
 // skipped, and only the host-side refusal is checked.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -83,6 +84,61 @@ void upload_all(device::DeviceLayer &layer, const Experts &x, const std::vector<
     }
 }
 
+// A pool of all of x's experts on the CPU, for calls of up to T tokens of k experts.
+std::unique_ptr<moe::ExpertPool> cpu_pool(const Experts &x, int64_t T, int32_t k) {
+    moe::ExpertPoolConfig c;
+    c.n_experts = x.E;
+    c.hidden = x.H;
+    c.intermediate = x.I;
+    c.max_tokens = T;
+    c.max_top_k = k;
+    c.n_threads = 4;
+    std::unique_ptr<moe::ExpertPool> pool;
+    REQUIRE(moe::ExpertPool::create(c, &pool).is_ok());
+    moe::MatrixSource g, u, d;
+    REQUIRE(moe::make_source(x.type, x.gate.data(), x.E * x.I, x.H, &g).is_ok());
+    REQUIRE(moe::make_source(x.type, x.up.data(), x.E * x.I, x.H, &u).is_ok());
+    REQUIRE(moe::make_source(x.type, x.down.data(), x.E * x.H, x.I, &d).is_ok());
+    REQUIRE(pool->load(g, u, d).is_ok());
+    return pool;
+}
+
+// One call of T tokens: k experts per token spread by `stride`, weights 0.25, a random input, and what the
+// all-CPU pool computes for it.
+struct Call {
+    std::vector<int32_t> ids;
+    std::vector<float> weights, input, expected;
+};
+
+Call reference_call(moe::ExpertPool &all_cpu, const Experts &x, int64_t T, int32_t k, int64_t stride, uint64_t seed) {
+    Call call;
+    call.ids.resize(static_cast<size_t>(T * k));
+    call.weights.assign(call.ids.size(), 0.25f);
+    for (size_t i = 0; i < call.ids.size(); ++i)
+        call.ids[i] = static_cast<int32_t>((static_cast<int64_t>(i) * stride + static_cast<int64_t>(i) / k) % x.E);
+    call.input = test::random_normal(static_cast<size_t>(T * x.H), seed);
+    call.expected.resize(call.input.size());
+    moe::ForwardArgs a;
+    a.n_tokens = T;
+    a.top_k = k;
+    a.input = call.input.data();
+    a.ids = call.ids.data();
+    a.weights = call.weights.data();
+    a.output = call.expected.data();
+    REQUIRE(all_cpu.forward(a).is_ok());
+    return call;
+}
+
+// |got - expected| / |expected| over the whole output.
+double relative_rms(const std::vector<float> &got, const std::vector<float> &expected) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        num += (got[i] - expected[i]) * static_cast<double>(got[i] - expected[i]);
+        den += static_cast<double>(expected[i]) * expected[i];
+    }
+    return std::sqrt(num / std::max(den, 1e-30));
+}
+
 }  // namespace
 
 TEST_CASE("cuda experts: without a GPU the CUDA device refuses plainly") {
@@ -138,15 +194,10 @@ TEST_CASE("cuda experts: the GPU computes the resident experts as the CPU stand-
             device::Interval when;
             REQUIRE(gl->wait(eg, &when).is_ok());
             REQUIRE(cl->wait(ec, nullptr).is_ok());
-            double num = 0, den = 0;
-            for (size_t i = 0; i < yg.size(); ++i) {
-                num += (yg[i] - yc[i]) * static_cast<double>(yg[i] - yc[i]);
-                den += static_cast<double>(yc[i]) * yc[i];
-            }
             INFO(ops::type_traits(type)->name << " T " << T << " device " << when.ns() << " ns");
             // Same BF16 inputs to every product; cuBLAS sums in another order (and h may round to the other BF16
             // neighbour where the f32 sums differ), so: f32-accumulation-level agreement.
-            CHECK(std::sqrt(num / std::max(den, 1e-30)) < 1e-3);
+            CHECK(relative_rms(yg, yc) < 1e-3);
         }
     }
 }
@@ -160,52 +211,19 @@ TEST_CASE("cuda experts: the hybrid FFN on the GPU equals the all-CPU pool") {
     const int64_t E = 16, H = 256, I = 128, T = 64;
     const int32_t k = 4;
     const Experts x = random_experts(KT_TYPE_BF16, E, H, I, 70);
-    auto make_pool = [&]() {
-        moe::ExpertPoolConfig c;
-        c.n_experts = E;
-        c.hidden = H;
-        c.intermediate = I;
-        c.max_tokens = T;
-        c.max_top_k = k;
-        c.n_threads = 4;
-        std::unique_ptr<moe::ExpertPool> pool;
-        REQUIRE(moe::ExpertPool::create(c, &pool).is_ok());
-        moe::MatrixSource g, u, d;
-        REQUIRE(moe::make_source(KT_TYPE_BF16, x.gate.data(), E * I, H, &g).is_ok());
-        REQUIRE(moe::make_source(KT_TYPE_BF16, x.up.data(), E * I, H, &u).is_ok());
-        REQUIRE(moe::make_source(KT_TYPE_BF16, x.down.data(), E * H, I, &d).is_ok());
-        REQUIRE(pool->load(g, u, d).is_ok());
-        return pool;
-    };
-    auto all_cpu = make_pool();
+    auto all_cpu = cpu_pool(x, T, k);
     auto gpu = make_device(device::Kind::kCuda, 1ull << 30);
     std::unique_ptr<device::DeviceLayer> layer;
     REQUIRE(gpu->create_layer(device::LayerShape{E, H, I, T, k}, &layer).is_ok());
     upload_all(*layer, x, {0, 1, 2, 3, 8, 9});
-    runtime::HybridFfn hybrid(make_pool(), gpu, std::move(layer), T);
+    runtime::HybridFfn hybrid(cpu_pool(x, T, k), gpu, std::move(layer), T);
     REQUIRE(hybrid.init().is_ok());
-    std::vector<int32_t> ids(static_cast<size_t>(T * k));
-    std::vector<float> w(ids.size(), 0.25f);
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 5 + i / k) % E);
-    const std::vector<float> in = test::random_normal(static_cast<size_t>(T * H), 2);
-    std::vector<float> ref(in.size()), got(in.size());
-    moe::ForwardArgs a;
-    a.n_tokens = T;
-    a.top_k = k;
-    a.input = in.data();
-    a.ids = ids.data();
-    a.weights = w.data();
-    a.output = ref.data();
-    REQUIRE(all_cpu->forward(a).is_ok());
+    const Call call = reference_call(*all_cpu, x, T, k, 5, 2);
+    std::vector<float> got(call.expected.size());
     std::unique_ptr<ThreadPool> unused;
     REQUIRE(ThreadPool::create(ThreadPoolOptions{}, &unused).is_ok());
-    REQUIRE(hybrid.forward(in.data(), T, ids.data(), w.data(), k, got.data(), *unused).is_ok());
-    double num = 0, den = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-        num += (got[i] - ref[i]) * static_cast<double>(got[i] - ref[i]);
-        den += static_cast<double>(ref[i]) * ref[i];
-    }
-    CHECK(std::sqrt(num / den) < 1e-3);
+    REQUIRE(hybrid.forward(call.input.data(), T, call.ids.data(), call.weights.data(), k, got.data(), *unused).is_ok());
+    CHECK(relative_rms(got, call.expected) < 1e-3);
     const runtime::HybridStats s = hybrid.stats();
     WARN("hybrid on the GPU: device " << s.device_ns << " ns, cpu " << s.cpu_ns << " ns, overlap " << s.overlap_ns << " ns");
 }
@@ -220,31 +238,14 @@ TEST_CASE("cuda experts: above the prefill threshold the GPU computes the whole 
     const int64_t E = 16, H = 256, I = 128, T = 64;
     const int32_t k = 4;
     const Experts x = random_experts(KT_TYPE_Q8_0, E, H, I, 90);
-    moe::ExpertPoolConfig c;
-    c.n_experts = E;
-    c.hidden = H;
-    c.intermediate = I;
-    c.max_tokens = T;
-    c.max_top_k = k;
-    c.n_threads = 4;
-    auto make_pool = [&]() {
-        std::unique_ptr<moe::ExpertPool> pool;
-        REQUIRE(moe::ExpertPool::create(c, &pool).is_ok());
-        moe::MatrixSource g, u, d;
-        REQUIRE(moe::make_source(KT_TYPE_Q8_0, x.gate.data(), E * I, H, &g).is_ok());
-        REQUIRE(moe::make_source(KT_TYPE_Q8_0, x.up.data(), E * I, H, &u).is_ok());
-        REQUIRE(moe::make_source(KT_TYPE_Q8_0, x.down.data(), E * H, I, &d).is_ok());
-        REQUIRE(pool->load(g, u, d).is_ok());
-        return pool;
-    };
-    auto all_cpu = make_pool();
+    auto all_cpu = cpu_pool(x, T, k);
     const device::LayerShape shape{E, H, I, T, k};
     auto gpu = make_device(device::Kind::kCuda, 1ull << 30);
     std::unique_ptr<device::DeviceLayer> layer, stream_layer;
     REQUIRE(gpu->create_layer(shape, &layer).is_ok());
     REQUIRE(gpu->create_layer(shape, &stream_layer).is_ok());
     upload_all(*layer, x, {0, 5});
-    runtime::HybridFfn hybrid(make_pool(), gpu, std::move(layer), T, nullptr, 0);
+    runtime::HybridFfn hybrid(cpu_pool(x, T, k), gpu, std::move(layer), T, nullptr, 0);
     REQUIRE(hybrid.init().is_ok());
     auto stack = [&](const std::vector<uint8_t> &m, int64_t rows, int64_t cols) {
         ops::MatrixStack s;
@@ -256,30 +257,14 @@ TEST_CASE("cuda experts: above the prefill threshold the GPU computes the whole 
     hybrid.set_sources(stack(x.gate, I, H), stack(x.up, I, H), stack(x.down, H, I));
     REQUIRE(hybrid.set_streaming(std::make_shared<runtime::StreamBuffer>(gpu, std::move(stream_layer)), 16).is_ok());
 
-    std::vector<int32_t> ids(static_cast<size_t>(T * k));
-    std::vector<float> w(ids.size(), 0.25f);
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 7 + i / k) % E);
-    const std::vector<float> in = test::random_normal(static_cast<size_t>(T * H), 3);
-    std::vector<float> ref(in.size()), got(in.size());
-    moe::ForwardArgs a;
-    a.n_tokens = T;
-    a.top_k = k;
-    a.input = in.data();
-    a.ids = ids.data();
-    a.weights = w.data();
-    a.output = ref.data();
-    REQUIRE(all_cpu->forward(a).is_ok());
+    const Call call = reference_call(*all_cpu, x, T, k, 7, 3);
+    std::vector<float> got(call.expected.size());
     std::unique_ptr<ThreadPool> unused;
     REQUIRE(ThreadPool::create(ThreadPoolOptions{}, &unused).is_ok());
     for (int round = 0; round < 2; ++round) {  // the second finds the layer in the buffer
-        REQUIRE(hybrid.forward(in.data(), T, ids.data(), w.data(), k, got.data(), *unused).is_ok());
-        double num = 0, den = 0;
-        for (size_t i = 0; i < got.size(); ++i) {
-            num += (got[i] - ref[i]) * static_cast<double>(got[i] - ref[i]);
-            den += static_cast<double>(ref[i]) * ref[i];
-        }
+        REQUIRE(hybrid.forward(call.input.data(), T, call.ids.data(), call.weights.data(), k, got.data(), *unused).is_ok());
         // The CPU computes Q8_0 x int8 activations, the GPU BF16 x BF16: both within ~1e-2 of the exact result.
-        CHECK(std::sqrt(num / den) < 2e-2);
+        CHECK(relative_rms(got, call.expected) < 2e-2);
     }
     const runtime::HybridStats s = hybrid.stats();
     CHECK(s.streamed_calls == 2);

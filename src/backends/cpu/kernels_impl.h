@@ -353,8 +353,11 @@ struct Kernels {
                                  l < side_lo[i] + side_count[i] * (chunk + 1) / kChunks; ++l)
                                 S::prefetch(side.next[i] + l * 64);
                     }
-                    // The inner loop has a small constant trip count: compilers unroll it completely, so acci's
-                    // indexes are constants and the accumulators stay in registers (no lambda may capture them).
+                    // The inner loop has a small constant trip count, and acci's indexes are constants once it is
+                    // unrolled (or kSplit is 1), so the accumulators stay in registers (no lambda may capture them).
+                    // GCC 12 keeps it rolled for kSplit = 1. Forcing the unroll (Zen 5, bench_gemm in cache) helped
+                    // 4 rows of Q4_K, Q5_K and INT4 by 21-54 % but cost Q6_K 7-13 % and Q8_0 2-9 %: not done, it
+                    // wants a choice per format (bench/results/zen5.md).
                     for (int rb = 0; rb < kRowsPerFlush; rb += kSplit) {
                         for (int j = 0; j < kSplit; ++j) {
                             const int r = r0 + rb + j;

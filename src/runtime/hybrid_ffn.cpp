@@ -41,7 +41,7 @@ Status HybridFfn::begin_forward(const float *x, int64_t n_tokens, const int32_t 
     // Locked here and unlocked in finish_forward() (the same thread, as ExpertFfn's contract says): the chunk in
     // flight owns the device layer, dev_out_ and chunk_ until then.
     mutex_.lock();
-    const bool in_flight = !chain_ && !(stream_ && n_tokens > prefill_threshold_) && n_tokens <= max_tokens_;
+    const bool in_flight = !chain_ && !streams(n_tokens) && n_tokens <= max_tokens_;
     Status s;
     if (in_flight) {
         counter_.add(ids, n_tokens * k);
@@ -65,7 +65,7 @@ Status HybridFfn::finish_forward() const {
 Status HybridFfn::forward_locked(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights,
                                  int64_t k, float *out) const {
     counter_.add(ids, n_tokens * k);  // every routing, deferred or not
-    const bool streamed = stream_ && n_tokens > prefill_threshold_;
+    const bool streamed = streams(n_tokens);
     if (!chain_) return streamed ? forward_streamed(x, n_tokens, ids, weights, k, out)
                                  : forward_chunks(x, n_tokens, ids, weights, k, out);
     const bool deferring = !streamed && chain_->defers_in(model_layer_) && n_tokens <= max_tokens_;

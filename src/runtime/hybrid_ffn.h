@@ -173,6 +173,8 @@ private:
         device::Event event;  // the device's call; ticket 0: none
         Status device_status;
     };
+    // Whether a call of n_tokens runs the whole layer on the device from the stream buffer.
+    bool streams(int64_t n_tokens) const { return stream_ && n_tokens > prefill_threshold_; }
     Status forward_locked(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights, int64_t k,
                           float *out) const;
     // Submits the CPU experts, then the device's, of one chunk (T <= max_tokens). A failure leaves nothing in

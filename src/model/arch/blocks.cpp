@@ -60,7 +60,7 @@ Status moe_and_shared_ffn(const LayerWeights &L, const ops::RoutingParams &routi
     const Status finished = shared.finish_forward();                     // shared [T, E]
     KT_TRY(routed);
     KT_TRY(finished);
-    ops::add_inplace(out, s.shared.data(), n_tokens * L.shared.experts->hidden());
+    ops::add_inplace(out, s.shared.data(), n_tokens * shared.hidden());
     return Status::ok();
 }
 

@@ -211,7 +211,9 @@ typedef struct kt_model_params {
        or the lowest ids without counts - and the expert engine (KT_KERNELS_AUTO) runs those on the device and the
        rest on the CPU at the same time, adding both. The dense FFNs (DeepSeek's leading dense layers) and shared
        experts run on the device too, all of them (placed before any routed expert). The device holds them as BF16
-       (6 * hidden * intermediate bytes each) plus one work buffer; kt_model_device_plan prints the placement. KT_STATUS_OUT_OF_MEMORY when
+       (6 * hidden * intermediate bytes each; the host then keeps no copy of the dense FFNs and shared experts, and
+       keeps the routed ones on the device for kt_model_device_replace) plus one work buffer; kt_model_device_plan
+       prints the placement. KT_STATUS_OUT_OF_MEMORY when
        the work buffer or the requested experts do not fit the budget, KT_STATUS_INVALID_ARGUMENT when
        device_experts exceeds a layer's experts, KT_STATUS_UNSUPPORTED for KT_DEVICE_CUDA without CUDA or a GPU
        and for experts with biases or a clamped SwiGLU (gpt-oss). The reference kernels ignore the device. */
@@ -262,8 +264,10 @@ KT_API void kt_model_free(kt_model *model);
 
 /* The hybrid path's placement as text (kt_model_params.device): a header line (budget, work buffer, expert and
  * used bytes), one line per MoE layer ("layer 3: 4/64 experts [1 5 9 12], 12582912 bytes"), the device's bytes in
- * use now (the plan's used bytes once the expert engine has prepared the model) and, once it has run, a "split:" line: calls, milliseconds on the device, on the CPU, and hidden by running
- * both at once. Writes the text and a NUL when capacity > its length, else KT_STATUS_BUFFER_TOO_SMALL and nothing;
+ * use now (the plan's used bytes once the expert engine has prepared the model), once prepared a "host:" line (the
+ * CPU side's packed weights: the routed experts', how much of that copies experts on the device, and those of the
+ * dense FFNs and shared experts on the device, 0) and, once it has run, a "split:" line: calls, milliseconds on the
+ * device, on the CPU, and hidden by running both at once. Writes the text and a NUL when capacity > its length, else KT_STATUS_BUFFER_TOO_SMALL and nothing;
  * *out_length (may be NULL) is the length without the NUL either way. KT_STATUS_NOT_FOUND for a model loaded
  * without a device. Safe to call from any thread. */
 KT_API kt_status kt_model_device_plan(const kt_model *model, char *buf, uint64_t capacity, uint64_t *out_length);

@@ -107,6 +107,26 @@ std::string split_line(const kt_model *model) {
                   static_cast<double>(sum.wall_ns) * 1e-6, deferred.c_str(), streamed.c_str(), begun.c_str());
 }
 
+// What the hybrid layers hold in host memory: the CPU side's packed weights.
+std::string host_line(const kt_model *model) {
+    const std::shared_ptr<const model::Model> &m = model->runners[KT_KERNELS_AUTO];
+    if (!m) return "";
+    uint64_t routed = 0, routed_resident = 0, single = 0;
+    for_each_hybrid(*m, [&](const runtime::HybridFfn &h) {
+        const uint64_t bytes = h.host_weight_bytes();
+        if (h.n_experts() > 1) {
+            routed += bytes;
+            routed_resident += bytes / static_cast<uint64_t>(h.n_experts()) * static_cast<uint64_t>(h.layer().n_resident());
+        } else {
+            single += bytes;
+        }
+    });
+    return format("host: routed experts' CPU weights %llu bytes, %llu of them copies of those on the device (kept for "
+                  "kt_model_device_replace); dense FFNs and shared experts on the device %llu bytes\n",
+                  static_cast<unsigned long long>(routed), static_cast<unsigned long long>(routed_resident),
+                  static_cast<unsigned long long>(single));
+}
+
 // counts [n_layer][n_expert] -> one row per MoE layer of `layers`.
 Status read_counts(const std::vector<device::PlacementLayer> &layers, int64_t n_layer, const uint64_t *counts,
                    uint64_t len, std::vector<std::vector<uint64_t>> *out) {
@@ -212,6 +232,7 @@ KT_API kt_status kt_model_device_plan(const kt_model *model, char *buf, uint64_t
             text = model->device_plan->to_string();
             text += kt::format("device %s: %llu bytes in use\n", model->device->name().c_str(),
                                static_cast<unsigned long long>(model->device->used_bytes()));
+            text += kt::api::host_line(model);
             text += kt::api::split_line(model);
         }
         if (out_length) *out_length = text.size();

@@ -134,6 +134,24 @@ public:
         if (options.gate_bias) c.gate_bias.assign(options.gate_bias, options.gate_bias + gate_up);
         if (options.up_bias) c.up_bias.assign(options.up_bias, options.up_bias + gate_up);
         if (options.down_bias) c.down_bias.assign(options.down_bias, options.down_bias + down_n);
+        // A dense FFN or shared expert (one expert) runs on the device whenever the plan has them there (it counted
+        // every one without biases). It stays there (nothing re-places it), so the host keeps no copy: no pool, and
+        // the source pages go back once uploaded, as packing would have given them back.
+        const bool dense_on_device = options_.device && options_.plan && options_.plan->n_dense > 0 && gate.count == 1 &&
+                                     !options.gate_bias && !options.up_bias && !options.down_bias &&
+                                     options.swiglu_limit <= 0.0f && options.swiglu_alpha <= 0.0f;
+        if (dense_on_device) {
+            std::unique_ptr<device::DeviceLayer> layer;
+            KT_TRY(Status(options_.device->create_layer(device_layer_shape(options_, 1, c.hidden, c.intermediate), &layer))
+                       .with_context(gate.first.name));
+            KT_TRY(Status(layer->upload(0, gate.at(0), up.at(0), down.at(0))).with_context(gate.first.name));
+            for (const moe::MatrixSource *src : {&g, &u, &d}) moe::drop_packed_rows(*src, 0, src->rows);
+            auto hybrid = std::make_unique<HybridFfn>(nullptr, options_.device, std::move(layer), c.max_tokens,
+                                                      nullptr, block_of(gate.first.name));
+            KT_TRY(hybrid->init());
+            *out = std::move(hybrid);
+            return Status::ok();
+        }
         std::unique_ptr<moe::ExpertPool> pool;
         KT_TRY(Status(moe::ExpertPool::create(c, &pool)).with_context(gate.first.name));
         const char *const names[3] = {gate.first.name, up.first.name, down.first.name};
@@ -162,25 +180,6 @@ public:
                 KT_TRY(Status(stream_buffer(&buffer)).with_context(gate.first.name));
                 KT_TRY(hybrid->set_streaming(std::move(buffer), options_.prefill_threshold));
             }
-            KT_TRY(hybrid->init());
-            *out = std::move(hybrid);
-            return Status::ok();
-        }
-        // A dense FFN or shared expert (one expert) runs on the device whenever the plan has them there (it counted
-        // every one without biases).
-        const bool dense_on_device = options_.device && options_.plan && options_.plan->n_dense > 0 && gate.count == 1 &&
-                                     !options.gate_bias && !options.up_bias && !options.down_bias &&
-                                     options.swiglu_limit <= 0.0f && options.swiglu_alpha <= 0.0f;
-        if (dense_on_device) {
-            std::unique_ptr<device::DeviceLayer> layer;
-            KT_TRY(Status(options_.device->create_layer(device_layer_shape(options_, 1, c.hidden, c.intermediate), &layer))
-                       .with_context(gate.first.name));
-            KT_TRY(Status(layer->upload(0, gate.at(0), up.at(0), down.at(0))).with_context(gate.first.name));
-            // The pool is loaded all the same (a HybridFfn is built around one), but never runs: its only expert is
-            // resident.
-            KT_TRY(Status(pool->load(g, u, d, 0, -1, options_.store.get(), names)).with_context(gate.first.name));
-            auto hybrid = std::make_unique<HybridFfn>(std::move(pool), options_.device, std::move(layer), c.max_tokens,
-                                                      nullptr, block_of(gate.first.name));
             KT_TRY(hybrid->init());
             *out = std::move(hybrid);
             return Status::ok();

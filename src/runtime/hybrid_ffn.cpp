@@ -18,17 +18,30 @@ HybridFfn::HybridFfn(std::unique_ptr<moe::ExpertPool> pool, std::shared_ptr<devi
                      std::unique_ptr<device::DeviceLayer> layer, int64_t max_tokens,
                      std::shared_ptr<DeferredChain> chain, int64_t model_layer)
     : chain_(std::move(chain)), model_layer_(model_layer), pool_(std::move(pool)), device_(std::move(device)),
-      layer_(std::move(layer)), n_(pool_->config().n_experts),
-      hidden_(pool_->config().hidden), intermediate_(pool_->config().intermediate), max_tokens_(max_tokens),
-      dev_out_(static_cast<size_t>(max_tokens * pool_->config().hidden)), stream_id_(next_stream_id()),
-      counter_(pool_->config().n_experts) {}
+      layer_(std::move(layer)), n_(layer_->shape().n_experts), hidden_(layer_->shape().hidden),
+      intermediate_(layer_->shape().intermediate), max_tokens_(max_tokens),
+      dev_out_(static_cast<size_t>(max_tokens * layer_->shape().hidden)), stream_id_(next_stream_id()),
+      counter_(layer_->shape().n_experts) {}
 
 HybridFfn::~HybridFfn() {
     // The layer's device memory goes back before the device itself (held by device_) may go.
     layer_.reset();
 }
 
-Status HybridFfn::init() { return pool_->set_mask(layer_->resident_mask().data(), n_); }
+Status HybridFfn::init() {
+    if (pool_) {
+        const moe::ExpertPoolConfig &c = pool_->config();
+        KT_RETURN_IF(c.n_experts != n_ || c.hidden != hidden_ || c.intermediate != intermediate_, KT_STATUS_INTERNAL,
+                     "hybrid layer %lld: the CPU pool's shape is not the device layer's",
+                     static_cast<long long>(model_layer_));
+        return pool_->set_mask(layer_->resident_mask().data(), n_);
+    }
+    KT_RETURN_IF(layer_->n_resident() != n_ || chain_, KT_STATUS_INTERNAL,
+                 "hybrid layer %lld: without a CPU pool every expert must be on the device (%lld of %lld are), and "
+                 "nothing can be deferred", static_cast<long long>(model_layer_),
+                 static_cast<long long>(layer_->n_resident()), static_cast<long long>(n_));
+    return Status::ok();
+}
 
 Status HybridFfn::forward(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights, int64_t k,
                           float *out, ThreadPool &) const {
@@ -116,6 +129,9 @@ Status HybridFfn::begin_chunk(const float *x, int64_t T, const int32_t *ids, con
     c.start_ns = monotonic_ns();
 
     // 1. The CPU experts, queued on the pool's executor.
+    KT_RETURN_IF(c.cpu_rows > 0 && !pool_, KT_STATUS_INTERNAL,
+                 "hybrid layer %lld: %lld rows route to experts off the device, and the host holds no copy of them",
+                 static_cast<long long>(model_layer_), static_cast<long long>(c.cpu_rows));
     if (c.cpu_rows > 0) {
         moe::ForwardArgs args;
         args.n_tokens = T;
@@ -253,6 +269,9 @@ Status HybridFfn::replace(const std::vector<int32_t> &experts) {
     std::lock_guard<std::mutex> lock(mutex_);
     KT_RETURN_IF(!have_sources_, KT_STATUS_INVALID_ARGUMENT, "hybrid layer %lld: no source weights to upload from",
                  static_cast<long long>(model_layer_));
+    KT_RETURN_IF(!pool_, KT_STATUS_INVALID_ARGUMENT,
+                 "hybrid layer %lld: the layer lives on the device only (the host holds no copy to move it back to)",
+                 static_cast<long long>(model_layer_));
     std::vector<uint8_t> wanted(static_cast<size_t>(n_), 0);
     for (int32_t e : experts) {
         KT_RETURN_IF(e < 0 || e >= n_, KT_STATUS_INVALID_ARGUMENT, "hybrid layer %lld: expert %d out of range",
@@ -266,7 +285,7 @@ Status HybridFfn::replace(const std::vector<int32_t> &experts) {
     for (int64_t e = 0; e < n_ && s.is_ok(); ++e)
         if (wanted[static_cast<size_t>(e)] && !layer_->resident(e))
             s = layer_->upload(e, gate_src_.at(e), up_src_.at(e), down_src_.at(e));
-    const Status mask = pool_->set_mask(layer_->resident_mask().data(), n_);
+    const Status mask = pool_ ? pool_->set_mask(layer_->resident_mask().data(), n_) : Status::ok();
     KT_TRY(Status(s).with_context(format("hybrid layer %lld", static_cast<long long>(model_layer_))));
     return mask;
 }

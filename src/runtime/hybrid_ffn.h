@@ -121,11 +121,13 @@ public:
     // `pool` holds every expert (its mask is set here to skip the layer's resident ones); `layer` the resident
     // experts, uploaded. `device` keeps the layer's device alive. With `chain`, this is MoE layer `model_layer` of
     // the chain's model and defers experts as the chain says.
+    // A null pool: every expert of the layer stays on the device (a dense FFN or shared expert there), so the host
+    // holds no copy of its weights; such a layer has no sources, no chain and no streaming.
     HybridFfn(std::unique_ptr<moe::ExpertPool> pool, std::shared_ptr<device::Device> device,
               std::unique_ptr<device::DeviceLayer> layer, int64_t max_tokens,
               std::shared_ptr<DeferredChain> chain = nullptr, int64_t model_layer = -1);
     ~HybridFfn() override;
-    Status init();  // sets the pool's mask
+    Status init();  // sets the pool's mask; without a pool, checks that every expert is resident
 
     int64_t n_experts() const override { return n_; }
     int64_t hidden() const override { return hidden_; }
@@ -156,6 +158,9 @@ public:
     Status set_streaming(std::shared_ptr<StreamBuffer> buffer, int64_t threshold);
 
     HybridStats stats() const;
+    // Host bytes of this layer's packed CPU weights: every expert's, the device-resident ones too (replace() may
+    // move them back). 0 without a pool.
+    uint64_t host_weight_bytes() const { return pool_ ? pool_->info().weight_bytes : 0; }
     int64_t model_layer() const { return model_layer_; }
     const device::DeviceLayer &layer() const { return *layer_; }
     const DeferredChain *chain() const { return chain_.get(); }  // null without deferred experts

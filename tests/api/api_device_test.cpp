@@ -478,6 +478,13 @@ TEST_CASE("device api: dense FFNs and shared experts run on the device, placed b
     // The shared expert began before the routed experts of every call (the prompt's and one per generated token)
     // and finished after them.
     CHECK(number_after(plan_of(hybrid), "shared experts begun before the routed ones ") >= got.tokens.size());
+    // The host keeps no copy of what only the device computes; it keeps all 8 routed experts of layer 1, the two
+    // on the device among them (kt_model_device_replace may move them back).
+    const std::string after = plan_of(hybrid);
+    const uint64_t routed_host = number_after(after, "host: routed experts' CPU weights ");
+    CHECK(routed_host >= 8 * expert);
+    CHECK(number_after(after, "CPU weights " + std::to_string(routed_host) + " bytes, ") == routed_host / 8 * 2);
+    CHECK(number_after(after, "dense FFNs and shared experts on the device ") == 0);
     kt_model_free(hybrid);
 
     // A budget without room for them all is refused before any routed expert is placed.

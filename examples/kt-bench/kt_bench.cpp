@@ -446,8 +446,8 @@ bool run_model(const Options &o, const std::string &path, std::vector<Result> *r
     }
     if (o.model_params.device != KT_DEVICE_NONE) {  // the split over every test run on this model
         const std::string plan = kt_cli::device_plan(model);
-        const size_t at = plan.find("split: ");
-        if (at != std::string::npos) std::fprintf(stderr, "device %s", plan.c_str() + at);
+        const size_t at = plan.find("host: ");  // the host's share, then the split
+        if (at != std::string::npos) std::fprintf(stderr, "kt-bench: the device after these runs:\n%s", plan.c_str() + at);
     }
     kt_model_free(model);
     return ok;

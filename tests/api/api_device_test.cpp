@@ -376,6 +376,15 @@ uint64_t number_after(const std::string &text, const std::string &label) {
     return std::stoull(text.substr(at + label.size()));
 }
 
+// The decimal number after `label` in `text`, as printed (REQUIREs that it is there).
+std::string decimal_after(const std::string &text, const std::string &label) {
+    const size_t at = text.find(label);
+    INFO(text);
+    REQUIRE(at != std::string::npos);
+    const size_t begin = at + label.size();
+    return text.substr(begin, text.find_first_not_of("0123456789.", begin) - begin);
+}
+
 }  // namespace
 
 TEST_CASE("device api: a prompt above the prefill threshold runs whole layers on the device, in the plan's budget") {
@@ -485,6 +494,16 @@ TEST_CASE("device api: dense FFNs and shared experts run on the device, placed b
     CHECK(routed_host >= 8 * expert);
     CHECK(number_after(after, "CPU weights " + std::to_string(routed_host) + " bytes, ") == routed_host / 8 * 2);
     CHECK(number_after(after, "dense FFNs and shared experts on the device ") == 0);
+    // What the split calls hidden counts both kinds: routed CPU and device work at once, and the shared experts'
+    // device work beside the routed experts.
+    const double hidden = std::stod(decimal_after(after, "hidden "));
+    const double routed = std::stod(decimal_after(after, "of the shorter side: "));
+    const double shared = std::stod(decimal_after(after, " ms routed + "));
+    const uint64_t begun = number_after(after, "shared experts begun before the routed ones ");
+    CHECK(decimal_after(after, " ms routed + ") ==
+          decimal_after(after, "shared experts begun before the routed ones " + std::to_string(begun) + ": "));
+    CHECK(std::abs(hidden - (routed + shared)) <= 0.0015);
+    CHECK(hidden >= shared);
     kt_model_free(hybrid);
 
     // A budget without room for them all is refused before any routed expert is placed.

@@ -1,9 +1,11 @@
 // The CUDA device: the device interface over backends/cuda's ExpertEngine. Weights of the types the GPU
 // dequantizes itself (F32, F16, BF16, Q8_0, Q4_0) are copied as stored and converted to BF16 on the GPU; other
-// types are dequantized on the host (ops/ref) to f32 first. Memory is accounted here before each allocation.
+// types are dequantized on the host (ops/ref) and rounded to BF16 row by row into the upload's pinned staging.
+// Memory is accounted here before each allocation (the upload slots as part of the work buffer).
 #include <vector>
 
 #include "backends/cuda/cuda_experts.h"
+#include "core/fp16.h"
 #include "device/device.h"
 #include "ops/ref/quants_ref.h"
 
@@ -85,9 +87,14 @@ CudaLayer::~CudaLayer() {
 
 Status CudaLayer::upload_matrix(const ops::MatrixView &m, void *dst) {
     if (gpu_converts(m.type)) return device_.engine().upload_bf16(m.type, m.data, m.rows, m.cols, m.row_bytes, dst);
-    std::vector<float> f32(static_cast<size_t>(m.rows * m.cols));
-    for (int64_t r = 0; r < m.rows; ++r) ref::dequantize_row(m.type, m.data + r * m.row_bytes, f32.data() + r * m.cols, m.cols);
-    return device_.engine().upload_bf16(KT_TYPE_F32, f32.data(), m.rows, m.cols, m.cols * 4, dst);
+    std::vector<float> row(static_cast<size_t>(m.cols));
+    return device_.engine().upload_rows_bf16(m.rows, m.cols,
+                                             [&](int64_t r, uint16_t *out) {
+                                                 ref::dequantize_row(m.type, m.data + r * m.row_bytes, row.data(), m.cols);
+                                                 for (int64_t c = 0; c < m.cols; ++c)
+                                                     out[c] = f32_to_bf16(row[static_cast<size_t>(c)]);
+                                             },
+                                             dst);
 }
 
 Status CudaLayer::upload(int64_t expert, const ops::MatrixView &gate, const ops::MatrixView &up,
@@ -155,7 +162,7 @@ Status CudaLayer::wait(const Event &event, Interval *when) {
 
 Status create_cuda_device(const DeviceOptions &options, std::shared_ptr<Device> *out) {
     std::unique_ptr<cuda::ExpertEngine> engine;
-    KT_TRY(cuda::ExpertEngine::create(options.index, &engine));
+    KT_TRY(cuda::ExpertEngine::create(options.index, kUploadSlotBytes, &engine));
     *out = std::make_shared<CudaDevice>(options, std::move(engine));
     return Status::ok();
 }

@@ -41,11 +41,13 @@ uint64_t expert_bytes(int64_t hidden, int64_t intermediate) {
 //   y      f32  [R][H]    down products
 //   out    f32  [T][H]    the weighted sums, copied back to the host
 //   routing              row_token, row_weight, token_rows [R] (4 bytes each), token_begin [T + 1]
+// and, whatever the shape, the two upload slots (kUploadSlotBytes each).
 uint64_t workspace_bytes(const LayerShape &s) {
     const uint64_t T = static_cast<uint64_t>(s.max_tokens), H = static_cast<uint64_t>(s.hidden),
                    I = static_cast<uint64_t>(s.intermediate);
     const uint64_t R = T * static_cast<uint64_t>(std::min<int64_t>(s.max_top_k, s.n_experts));
-    return 4 * T * H + 2 * R * H + 8 * R * I + 2 * R * I + 4 * R * H + 4 * T * H + 12 * R + 4 * (T + 1);
+    return 4 * T * H + 2 * R * H + 8 * R * I + 2 * R * I + 4 * R * H + 4 * T * H + 12 * R + 4 * (T + 1) +
+           2 * kUploadSlotBytes;
 }
 
 void plan_rows(const ExpertWork &work, const std::vector<uint8_t> &resident, int64_t n_experts, RowPlan *plan) {

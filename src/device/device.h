@@ -53,7 +53,10 @@ LayerShape cover(const LayerShape &a, const LayerShape &b);
 
 // Exact device bytes of one resident expert: gate, up [I][H] and down [H][I] in BF16.
 uint64_t expert_bytes(int64_t hidden, int64_t intermediate);
-// Exact device bytes of the work buffer for calls of `shape` (see Workspace in device.cpp for its parts).
+// Each of the two staging slots that uploads pass through on the device (the stored rows, before conversion).
+// Fixed, so that uploading a matrix of any size costs no device memory beyond the budget.
+constexpr uint64_t kUploadSlotBytes = 4ull << 20;
+// Exact device bytes of the work buffer for calls of `shape`, the upload slots included (see device.cpp).
 uint64_t workspace_bytes(const LayerShape &shape);
 
 // One call's work. Buffers are the caller's: input/ids/weights are copied by submit(); output must stay valid
@@ -100,7 +103,8 @@ public:
     const LayerShape &shape() const { return shape_; }
     // Copies expert e's matrices (one expert each: gate, up [I rows of H], down [H rows of I], any type
     // ops/ref can dequantize) into device memory as BF16. Counted against the device's budget; an expert uploaded
-    // twice is replaced in place.
+    // twice is replaced in place, so, as for evict(), no work of this layer may be in flight (other layers' calls
+    // may: uploads do not wait for them).
     virtual Status upload(int64_t expert, const ops::MatrixView &gate, const ops::MatrixView &up,
                           const ops::MatrixView &down) = 0;
     // Takes expert e off the device and gives its memory back (nothing when it is not resident). Only between

@@ -273,3 +273,59 @@ TEST_CASE("cuda experts: above the prefill threshold the GPU computes the whole 
     WARN("streamed on the GPU: upload " << s.stream_upload_ns << " ns for " << s.stream_bytes << " bytes, device "
                                         << s.device_ns << " ns for 2 calls");
 }
+
+TEST_CASE("cuda experts: matrices of several upload slots arrive whole, in every upload path, beside a call in flight") {
+    const std::string why = no_gpu();
+    if (!why.empty()) {
+        WARN("skipped: no CUDA device (" << why << ")");
+        return;
+    }
+    // H = 4096, I = 1024: a gate matrix is 16.8 MB as F32, 8.4 MB as BF16 (and as Q4_K rounded on the host), 4.5 MB
+    // as Q8_0, each more than one kUploadSlotBytes slot, so the two slots alternate and the last chunk is partial.
+    const int64_t E = 2, H = 4096, I = 1024, T = 8;
+    for (int32_t type : {KT_TYPE_F32, KT_TYPE_BF16, KT_TYPE_Q8_0, KT_TYPE_Q4_K}) {
+        const Experts x = random_experts(type, E, H, I, 110);
+        REQUIRE(static_cast<uint64_t>(I * x.row_bytes(H)) > device::kUploadSlotBytes);
+        const device::LayerShape shape{E, H, I, T, 2};
+        auto gpu = make_device(device::Kind::kCuda, 1ull << 30);
+        auto cpu = make_device(device::Kind::kCpuStandIn, 1ull << 30);
+        std::unique_ptr<device::DeviceLayer> busy, gl, cl;
+        REQUIRE(gpu->create_layer(shape, &busy).is_ok());
+        REQUIRE(gpu->create_layer(shape, &gl).is_ok());
+        REQUIRE(cpu->create_layer(shape, &cl).is_ok());
+        upload_all(*busy, x, {0});
+        upload_all(*cl, x, {0, 1});
+
+        std::vector<int32_t> ids(static_cast<size_t>(T * 2));
+        std::vector<float> w(ids.size(), 0.5f);
+        for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i % 2);
+        const std::vector<float> in = test::random_normal(static_cast<size_t>(T * H), 13);
+        std::vector<float> y_busy(in.size()), y_gpu(in.size()), y_cpu(in.size());
+        // A call on one layer in flight while the other layer uploads (on its own stream, without waiting for the
+        // call): both must come out right.
+        device::ExpertWork work{T, 2, in.data(), ids.data(), w.data(), y_busy.data()};
+        device::Event in_flight;
+        REQUIRE(busy->submit(work, &in_flight).is_ok());
+        upload_all(*gl, x, {0, 1});
+        REQUIRE(busy->wait(in_flight, nullptr).is_ok());
+
+        device::Event eg, ec;
+        work.output = y_gpu.data();
+        REQUIRE(gl->submit(work, &eg).is_ok());
+        device::ExpertWork wc = work;
+        wc.output = y_cpu.data();
+        REQUIRE(cl->submit(wc, &ec).is_ok());
+        REQUIRE(gl->wait(eg, nullptr).is_ok());
+        REQUIRE(cl->wait(ec, nullptr).is_ok());
+        INFO(ops::type_traits(type)->name);
+        CHECK(relative_rms(y_gpu, y_cpu) < 1e-3);
+        // Expert 0 alone on the busy layer: half of every token's weight, the same expert's rows.
+        std::vector<float> y_expert0(in.size());
+        for (size_t i = 0; i < ids.size(); ++i) ids[i] = ids[i] == 0 ? 0 : -1;
+        wc.output = y_expert0.data();
+        REQUIRE(cl->submit(wc, &ec).is_ok());
+        REQUIRE(cl->wait(ec, nullptr).is_ok());
+        CHECK(relative_rms(y_busy, y_expert0) < 1e-3);
+        CHECK(gpu->used_bytes() == cpu->used_bytes() + device::expert_bytes(H, I));  // the busy layer's expert
+    }
+}

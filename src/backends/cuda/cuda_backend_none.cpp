@@ -20,7 +20,7 @@ Status dequantize_rows(int, int32_t, const void *, int64_t, int64_t, float *) {
 
 namespace kt::cuda {
 
-Status ExpertEngine::create(int, std::unique_ptr<ExpertEngine> *) {
+Status ExpertEngine::create(int, uint64_t, std::unique_ptr<ExpertEngine> *) {
     return Status::error(KT_STATUS_UNSUPPORTED, "libkt was built without CUDA (configure with -DKT_WITH_CUDA=ON)");
 }
 

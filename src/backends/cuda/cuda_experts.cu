@@ -147,23 +147,44 @@ unsigned grid_of(int64_t n, int threads) { return static_cast<unsigned>((n + thr
 
 // ---- the engine ----------------------------------------------------------------------------------------------
 
+// One of the two buffers uploads pass through: pinned host memory the host fills, device memory the stored rows
+// are converted from, and an event recorded after the slot's last use on the upload stream.
+struct UploadSlot {
+    void *pinned = nullptr;
+    void *staged = nullptr;
+    cudaEvent_t used = nullptr;
+};
+
 class Engine final : public ExpertEngine {
 public:
     ~Engine() override {
         if (stream_) cudaStreamSynchronize(stream_);
+        if (upload_stream_) cudaStreamSynchronize(upload_stream_);
         free_buffers();
+        for (UploadSlot &slot : slots_) {
+            if (slot.pinned) cudaFreeHost(slot.pinned);
+            if (slot.staged) cudaFree(slot.staged);
+            if (slot.used) cudaEventDestroy(slot.used);
+        }
         if (handle_) cublas().destroy(handle_);
         if (start_) cudaEventDestroy(start_);
         if (done_) cudaEventDestroy(done_);
         if (stream_) cudaStreamDestroy(stream_);
+        if (upload_stream_) cudaStreamDestroy(upload_stream_);
     }
 
-    Status init(int device) {
+    Status init(int device, uint64_t upload_slot_bytes) {
         device_ = device;
+        slot_bytes_ = upload_slot_bytes;
         KT_CU(cudaSetDevice(device), "cudaSetDevice");
         KT_CU(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+        KT_CU(cudaStreamCreateWithFlags(&upload_stream_, cudaStreamNonBlocking), "cudaStreamCreate uploads");
         KT_CU(cudaEventCreate(&start_), "cudaEventCreate");
         KT_CU(cudaEventCreate(&done_), "cudaEventCreate");
+        for (UploadSlot &slot : slots_) {
+            KT_CU(cudaEventCreateWithFlags(&slot.used, cudaEventDisableTiming), "cudaEventCreate upload slot");
+            KT_CU(cudaMallocHost(&slot.pinned, slot_bytes_), "cudaMallocHost upload slot");
+        }
         const Cublas &api = cublas();
         KT_RETURN_IF(!api.create, KT_STATUS_UNSUPPORTED, "CUDA experts: %s", api.error.c_str());
         KT_CUBLAS(api.create(&handle_), "cublasCreate");
@@ -172,8 +193,11 @@ public:
     }
 
     Status reserve(int64_t max_tokens, int64_t max_rows, int64_t hidden, int64_t intermediate) override {
-        if (max_tokens <= T_ && max_rows <= R_ && hidden <= H_ && intermediate <= I_) return Status::ok();
         KT_CU(cudaSetDevice(device_), "cudaSetDevice");
+        // The upload slots' device halves, once (the device counts them in its work buffer).
+        for (UploadSlot &slot : slots_)
+            if (!slot.staged) KT_CU(cudaMalloc(&slot.staged, slot_bytes_), "cudaMalloc upload slot");
+        if (max_tokens <= T_ && max_rows <= R_ && hidden <= H_ && intermediate <= I_) return Status::ok();
         KT_CU(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
         free_buffers();
         T_ = std::max(T_, max_tokens);
@@ -210,20 +234,52 @@ public:
                      KT_STATUS_UNSUPPORTED, "CUDA upload: type %d is converted on the host first", type);
         KT_RETURN_IF((type == KT_TYPE_Q8_0 || type == KT_TYPE_Q4_0) && cols % kBlock != 0, KT_STATUS_INVALID_ARGUMENT,
                      "CUDA upload: %lld columns is not a multiple of the block", static_cast<long long>(cols));
-        KT_CU(cudaSetDevice(device_), "cudaSetDevice");
-        const size_t bytes = static_cast<size_t>(rows * row_bytes);
-        void *staged = nullptr;
-        KT_CU(cudaMalloc(&staged, bytes), "cudaMalloc upload");
-        cudaError_t e = cudaMemcpyAsync(staged, src, bytes, cudaMemcpyHostToDevice, stream_);
-        if (e == cudaSuccess) {
-            to_bf16_kernel<<<grid_of(rows * cols, 256), 256, 0, stream_>>>(type, static_cast<const uint8_t *>(staged), rows,
-                                                                           cols, row_bytes, static_cast<__nv_bfloat16 *>(dst));
-            e = cudaGetLastError();
+        const auto *from = static_cast<const uint8_t *>(src);
+        auto *to = static_cast<__nv_bfloat16 *>(dst);
+        if (type == KT_TYPE_BF16) {  // already bf16: straight from the slot into place, nothing to convert
+            return upload_chunks(rows, cols * 2,
+                                 [&](int64_t r0, int64_t n, uint8_t *pinned) {
+                                     for (int64_t r = 0; r < n; ++r)
+                                         std::memcpy(pinned + r * cols * 2, from + (r0 + r) * row_bytes,
+                                                     static_cast<size_t>(cols * 2));
+                                 },
+                                 [&](int64_t r0, int64_t n, const UploadSlot &slot) {
+                                     KT_CU(cudaMemcpyAsync(to + r0 * cols, slot.pinned, static_cast<size_t>(n * cols * 2),
+                                                           cudaMemcpyHostToDevice, upload_stream_),
+                                           "upload copy");
+                                     return Status::ok();
+                                 });
         }
-        if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
-        cudaFree(staged);
-        KT_CU(e, "upload and convert");
-        return Status::ok();
+        // Stored rows through the slot's device half, converted into place there: the bus carries the stored size.
+        return upload_chunks(rows, row_bytes,
+                             [&](int64_t r0, int64_t n, uint8_t *pinned) {
+                                 std::memcpy(pinned, from + r0 * row_bytes, static_cast<size_t>(n * row_bytes));
+                             },
+                             [&](int64_t r0, int64_t n, const UploadSlot &slot) {
+                                 KT_CU(cudaMemcpyAsync(slot.staged, slot.pinned, static_cast<size_t>(n * row_bytes),
+                                                       cudaMemcpyHostToDevice, upload_stream_),
+                                       "upload copy");
+                                 to_bf16_kernel<<<grid_of(n * cols, 256), 256, 0, upload_stream_>>>(
+                                     type, static_cast<const uint8_t *>(slot.staged), n, cols, row_bytes, to + r0 * cols);
+                                 KT_CU(cudaGetLastError(), "upload conversion kernel");
+                                 return Status::ok();
+                             });
+    }
+
+    Status upload_rows_bf16(int64_t rows, int64_t cols, FunctionRef<void(int64_t, uint16_t *)> row_to_bf16,
+                            void *dst) override {
+        auto *to = static_cast<__nv_bfloat16 *>(dst);
+        return upload_chunks(rows, cols * 2,
+                             [&](int64_t r0, int64_t n, uint8_t *pinned) {
+                                 for (int64_t r = 0; r < n; ++r)
+                                     row_to_bf16(r0 + r, reinterpret_cast<uint16_t *>(pinned) + r * cols);
+                             },
+                             [&](int64_t r0, int64_t n, const UploadSlot &slot) {
+                                 KT_CU(cudaMemcpyAsync(to + r0 * cols, slot.pinned, static_cast<size_t>(n * cols * 2),
+                                                       cudaMemcpyHostToDevice, upload_stream_),
+                                       "upload copy");
+                                 return Status::ok();
+                             });
     }
 
     Status submit(const ExpertCall &c, uint64_t *ticket) override {
@@ -300,6 +356,40 @@ public:
     }
 
 private:
+    // Moves `rows` rows of host_row_bytes each through the two slots in chunks of whole rows: fill(r0, n, pinned)
+    // writes rows [r0, r0 + n) into a slot's pinned half on the host, enqueue(r0, n, slot) queues their copy (and
+    // conversion) on the upload stream. A slot is filled again only once its previous chunk has left it. Returns
+    // when every chunk is in place: the upload stream is idle again, the compute stream was never waited for.
+    Status upload_chunks(int64_t rows, int64_t host_row_bytes, FunctionRef<void(int64_t, int64_t, uint8_t *)> fill,
+                         FunctionRef<Status(int64_t, int64_t, const UploadSlot &)> enqueue) {
+        KT_RETURN_IF(host_row_bytes <= 0 || static_cast<uint64_t>(host_row_bytes) > slot_bytes_, KT_STATUS_UNSUPPORTED,
+                     "CUDA upload: a row of %lld bytes does not fit an upload slot of %llu bytes",
+                     static_cast<long long>(host_row_bytes), static_cast<unsigned long long>(slot_bytes_));
+        KT_RETURN_IF(!slots_[0].staged || !slots_[1].staged, KT_STATUS_INTERNAL,
+                     "CUDA upload before the engine's first reserve()");
+        std::lock_guard<std::mutex> lock(upload_mutex_);  // the slots are the engine's, layers may load in parallel
+        KT_CU(cudaSetDevice(device_), "cudaSetDevice");
+        const Status queued = queue_chunks(rows, static_cast<int64_t>(slot_bytes_) / host_row_bytes, fill, enqueue);
+        // Also after a failure: nothing queued may still read a slot the next upload fills.
+        const cudaError_t e = cudaStreamSynchronize(upload_stream_);
+        KT_TRY(queued);
+        KT_CU(e, "upload");
+        return Status::ok();
+    }
+    Status queue_chunks(int64_t rows, int64_t per_chunk, FunctionRef<void(int64_t, int64_t, uint8_t *)> fill,
+                        FunctionRef<Status(int64_t, int64_t, const UploadSlot &)> enqueue) {
+        int next = 0;
+        for (int64_t r0 = 0; r0 < rows; r0 += per_chunk, next ^= 1) {
+            UploadSlot &slot = slots_[next];
+            const int64_t n = std::min(per_chunk, rows - r0);
+            KT_CU(cudaEventSynchronize(slot.used), "upload slot");  // never recorded yet: returns at once
+            fill(r0, n, static_cast<uint8_t *>(slot.pinned));
+            KT_TRY(enqueue(r0, n, slot));
+            KT_CU(cudaEventRecord(slot.used, upload_stream_), "upload event");
+        }
+        return Status::ok();
+    }
+
     Status finish() {
         KT_CU(cudaEventSynchronize(done_), "cudaEventSynchronize");
         float ms = 0.0f;
@@ -319,7 +409,11 @@ private:
     }
 
     int device_ = 0;
-    cudaStream_t stream_ = nullptr;
+    cudaStream_t stream_ = nullptr;          // calls, in submission order
+    cudaStream_t upload_stream_ = nullptr;   // uploads, beside the calls
+    uint64_t slot_bytes_ = 0;
+    UploadSlot slots_[2];
+    std::mutex upload_mutex_;
     cudaEvent_t start_ = nullptr, done_ = nullptr;
     cublasHandle_t handle_ = nullptr;
     int64_t T_ = 0, R_ = 0, H_ = 0, I_ = 0;
@@ -333,7 +427,7 @@ private:
 
 }  // namespace
 
-Status ExpertEngine::create(int device, std::unique_ptr<ExpertEngine> *out) {
+Status ExpertEngine::create(int device, uint64_t upload_slot_bytes, std::unique_ptr<ExpertEngine> *out) {
     int count = 0;
     const cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
@@ -344,7 +438,7 @@ Status ExpertEngine::create(int device, std::unique_ptr<ExpertEngine> *out) {
     KT_RETURN_IF(device < 0 || device >= count, KT_STATUS_INVALID_ARGUMENT, "CUDA device %d: %d device(s) present",
                  device, count);
     auto engine = std::make_unique<Engine>();
-    KT_TRY(engine->init(device));
+    KT_TRY(engine->init(device, upload_slot_bytes));
     *out = std::move(engine);
     return Status::ok();
 }

@@ -237,11 +237,15 @@ typedef struct kt_model_params {
     /* In the place of a reserved field that had to be 0, so older callers get 0: with a device, a MoE layer called
        with more than this many tokens at once (a prompt's chunk, up to the context's n_batch) runs all of its
        routed experts on the device, as KTransformers' GPU prefill threshold does: the layer's experts not resident
-       there are copied into a stream buffer on the device (n_expert * 6 * hidden * intermediate bytes, counted in
-       device_budget_bytes before any resident expert) and the CPU computes nothing for that layer. Worth it where
+       there are copied into a stream buffer on the device and the CPU computes nothing for that layer. The buffer
+       has two slots of n_expert * 6 * hidden * intermediate bytes (one for a model with one MoE layer), counted in
+       device_budget_bytes before any resident expert: while the device computes one layer from one slot, the next
+       layer's experts are copied into the other, so in a long prompt only each chunk's first layer waits for its
+       copy. Worth it where
        the device computes a long prompt's experts faster than the CPU even counting the copy. 0 (default): never;
        negative, or any value without a device: KT_STATUS_INVALID_ARGUMENT. Such a call defers nothing.
-       kt_model_device_plan prints the stream buffer and counts the streamed calls and their upload time. */
+       kt_model_device_plan prints the stream buffer and counts the streamed calls, their uploads and time, and
+       the next layer's uploads beside them (and how much of that ran while the device computed). */
     int32_t device_prefill_threshold;
 } kt_model_params;
 

@@ -89,6 +89,7 @@ Status prepared_model(kt_model *model, int32_t kernels, int32_t n_threads, std::
                 options.deferred_experts = model->device_deferred_experts;
                 options.prefill_threshold = model->device_prefill_threshold;
                 options.stream_shape = model->device_stream_shape;
+                options.stream_slots = model->device_stream_slots;
                 KT_TRY(kt::runtime::create_engine_kernels(options, &model->engine));
             }
             factory = model->engine.get();

@@ -91,10 +91,13 @@ std::string split_line(const kt_model *model) {
     }
     std::string streamed;
     if (sum.streamed_calls > 0 || model->device_prefill_threshold > 0)
-        streamed = format(", streamed calls %lld (over %d tokens): %lld uploads, %.1f MB in %.3f ms",
+        streamed = format(", streamed calls %lld (over %d tokens): %lld uploads, %.1f MB in %.3f ms; %lld uploads of "
+                          "the next layer beside them, %.3f ms, %.3f ms of it while the device computed",
                           static_cast<long long>(sum.streamed_calls), model->device_prefill_threshold,
                           static_cast<long long>(sum.stream_uploads), static_cast<double>(sum.stream_bytes) * 1e-6,
-                          static_cast<double>(sum.stream_upload_ns) * 1e-6);
+                          static_cast<double>(sum.stream_upload_ns) * 1e-6, static_cast<long long>(sum.stream_prefetches),
+                          static_cast<double>(sum.stream_prefetch_ns) * 1e-6,
+                          static_cast<double>(sum.stream_prefetch_hidden_ns) * 1e-6);
     std::string begun;
     if (sum.begun_calls > 0)
         begun = format(", shared experts begun before the routed ones %lld: %.3f ms of their device work ran beside them",
@@ -192,8 +195,10 @@ Status setup_device(kt_model *model, const kt_model_params &p) {
         ++request.n_dense;
     }
     request.non_expert_bytes = device::workspace_bytes(covering) + request.dense_bytes;
+    // Two slots when there is a next layer to upload while one computes.
+    const int32_t stream_slots = layers.size() > 1 ? 2 : 1;
     if (p.device_prefill_threshold > 0) {
-        request.stream_bytes = runtime::StreamBuffer::bytes_for(routed);
+        request.stream_bytes = static_cast<uint64_t>(stream_slots) * runtime::StreamBuffer::bytes_for(routed);
         request.non_expert_bytes += request.stream_bytes;
     }
     const device::PlacementRequest without_counts = request;
@@ -212,6 +217,7 @@ Status setup_device(kt_model *model, const kt_model_params &p) {
     model->device_deferred_experts = p.device_deferred_experts;
     model->device_prefill_threshold = p.device_prefill_threshold;
     model->device_stream_shape = routed;
+    model->device_stream_slots = stream_slots;
     model->device_layers = std::move(layers);
     model->device_request = without_counts;
     model->device_n_layer = n_layer;

@@ -72,6 +72,7 @@ struct kt_model {
     int32_t device_deferred_experts = 0;
     int32_t device_prefill_threshold = 0;
     kt::device::LayerShape device_stream_shape;  // with a threshold: the shape of the model's MoE layers
+    int32_t device_stream_slots = 1;             // and how many of them the stream buffer holds
     // What the plan was made from (kt_model_device_replace plans again with new counts).
     std::vector<kt::device::PlacementLayer> device_layers;
     kt::device::PlacementRequest device_request;  // without counts

@@ -194,9 +194,10 @@ private:
     Status stream_buffer(std::shared_ptr<StreamBuffer> *out) const {
         std::lock_guard<std::mutex> lock(stream_mutex_);
         if (!stream_) {
-            std::unique_ptr<device::DeviceLayer> layer;
-            KT_TRY(Status(options_.device->create_layer(options_.stream_shape, &layer)).with_context("the stream buffer"));
-            stream_ = std::make_shared<StreamBuffer>(options_.device, std::move(layer));
+            std::vector<std::unique_ptr<device::DeviceLayer>> slots(static_cast<size_t>(std::max(1, options_.stream_slots)));
+            for (std::unique_ptr<device::DeviceLayer> &slot : slots)
+                KT_TRY(Status(options_.device->create_layer(options_.stream_shape, &slot)).with_context("the stream buffer"));
+            stream_ = std::make_shared<StreamBuffer>(options_.device, std::move(slots));
         }
         *out = stream_;
         return Status::ok();

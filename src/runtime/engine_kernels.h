@@ -39,9 +39,11 @@ struct EngineOptions {
     // late (runtime/deferred_experts.h); 0: none.
     int32_t deferred_experts = 0;
     // With a device and a plan: MoE calls of more tokens than this run the whole layer on the device, through one
-    // stream buffer of stream_shape (the shape of the model's MoE layers) that the plan counted; 0: never.
+    // stream buffer of stream_slots layers of stream_shape (the shape of the model's MoE layers) that the plan
+    // counted; 0: never.
     int64_t prefill_threshold = 0;
     device::LayerShape stream_shape;
+    int32_t stream_slots = 1;
 };
 
 // The shape a device layer gets for a MoE layer of n_experts experts [I x H] under these options.

@@ -12,7 +12,40 @@ uint64_t next_stream_id() {
     return ++last;
 }
 
+// Every expert of one layer into `layer` (a stream buffer slot).
+Status upload_all(device::DeviceLayer &layer, int64_t n_experts, const ops::MatrixStack &gate,
+                  const ops::MatrixStack &up, const ops::MatrixStack &down, int64_t model_layer) {
+    for (int64_t e = 0; e < n_experts; ++e)
+        KT_TRY(Status(layer.upload(e, gate.at(e), up.at(e), down.at(e)))
+                   .with_context(format("hybrid layer %lld: streaming expert %lld to the device",
+                                        static_cast<long long>(model_layer), static_cast<long long>(e))));
+    return Status::ok();
+}
+
 }  // namespace
+
+StreamBuffer::StreamBuffer(std::shared_ptr<device::Device> device, std::vector<std::unique_ptr<device::DeviceLayer>> slots)
+    : device_(std::move(device)) {
+    for (std::unique_ptr<device::DeviceLayer> &layer : slots) slots_.push_back(Slot{std::move(layer), 0});
+}
+
+StreamBuffer::StreamBuffer(std::shared_ptr<device::Device> device, std::unique_ptr<device::DeviceLayer> slot)
+    : device_(std::move(device)) {
+    slots_.push_back(Slot{std::move(slot), 0});
+}
+
+StreamBuffer::Slot &StreamBuffer::slot_for(uint64_t stream_id) {
+    for (Slot &slot : slots_)
+        if (slot.holder == stream_id) return slot;
+    return slots_.size() > 1 ? slots_[1 - last_used_] : slots_.front();
+}
+
+const StreamBuffer::Member *StreamBuffer::next_after(int64_t layer) const {
+    if (slots_.size() < 2) return nullptr;
+    for (const Member &m : members_)
+        if (m.model_layer > layer) return &m;
+    return nullptr;
+}
 
 HybridFfn::HybridFfn(std::unique_ptr<moe::ExpertPool> pool, std::shared_ptr<device::Device> device,
                      std::unique_ptr<device::DeviceLayer> layer, int64_t max_tokens,
@@ -24,6 +57,13 @@ HybridFfn::HybridFfn(std::unique_ptr<moe::ExpertPool> pool, std::shared_ptr<devi
       counter_(layer_->shape().n_experts) {}
 
 HybridFfn::~HybridFfn() {
+    if (stream_) {
+        std::lock_guard<std::mutex> lock(stream_->mutex_);
+        std::vector<StreamBuffer::Member> &members = stream_->members_;
+        members.erase(std::remove_if(members.begin(), members.end(),
+                                     [&](const StreamBuffer::Member &m) { return m.stream_id == stream_id_; }),
+                      members.end());
+    }
     // The layer's device memory goes back before the device itself (held by device_) may go.
     layer_.reset();
 }
@@ -200,19 +240,21 @@ Status HybridFfn::forward_streamed(const float *x, int64_t n_tokens, const int32
                                    int64_t k, float *out) const {
     const int64_t H = hidden_;
     std::lock_guard<std::mutex> lock(stream_->mutex_);
-    device::DeviceLayer &layer = *stream_->layer_;
-    if (stream_->holder_ != stream_id_) {
+    StreamBuffer::Slot &slot = stream_->slot_for(stream_id_);
+    if (slot.holder != stream_id_) {
         const int64_t start = monotonic_ns();
-        stream_->holder_ = 0;  // none until all of this layer's experts are in (a failed upload leaves a mix)
-        for (int64_t e = 0; e < n_; ++e)
-            KT_TRY(Status(layer.upload(e, gate_src_.at(e), up_src_.at(e), down_src_.at(e)))
-                       .with_context(format("hybrid layer %lld: streaming expert %lld to the device",
-                                            static_cast<long long>(model_layer_), static_cast<long long>(e))));
-        stream_->holder_ = stream_id_;
+        slot.holder = 0;  // none until all of this layer's experts are in (a failed upload leaves a mix)
+        KT_TRY(upload_all(*slot.layer, n_, gate_src_, up_src_, down_src_, model_layer_));
+        slot.holder = stream_id_;
         ++stats_.stream_uploads;
         stats_.stream_upload_ns += monotonic_ns() - start;
         stats_.stream_bytes += static_cast<uint64_t>(n_) * device::expert_bytes(hidden_, intermediate_);
     }
+    stream_->last_used_ = static_cast<size_t>(&slot - stream_->slots_.data());
+    // The next streaming layer, unless the other slot holds it already: uploaded while the first chunk computes.
+    const StreamBuffer::Member *next = stream_->next_after(model_layer_);
+    StreamBuffer::Slot *other = next ? &stream_->slot_for(next->stream_id) : nullptr;
+    if (other == &slot || (other && other->holder == next->stream_id)) other = nullptr;
     for (int64_t t0 = 0; t0 < n_tokens; t0 += max_tokens_) {
         const int64_t T = std::min(max_tokens_, n_tokens - t0);
         const int64_t start = monotonic_ns();
@@ -225,8 +267,24 @@ Status HybridFfn::forward_streamed(const float *x, int64_t n_tokens, const int32
         work.output = out + t0 * H;  // overwritten, zeros for a token without experts
         device::Event event;
         device::Interval when;
-        KT_TRY(Status(layer.submit(work, &event)).with_context("streamed experts"));
-        KT_TRY(Status(layer.wait(event, &when)).with_context("streamed experts"));
+        KT_TRY(Status(slot.layer->submit(work, &event)).with_context("streamed experts"));
+        device::Interval prefetch;
+        if (other) {
+            prefetch.begin_ns = monotonic_ns();
+            other->holder = 0;
+            // A failure is the next layer's to report: its call finds the slot incomplete and uploads again.
+            const Status filled = upload_all(*other->layer, next->n_experts, next->gate, next->up, next->down, next->model_layer);
+            if (filled.is_ok()) other->holder = next->stream_id;
+            prefetch.end_ns = monotonic_ns();
+            other = nullptr;
+        }
+        KT_TRY(Status(slot.layer->wait(event, &when)).with_context("streamed experts"));
+        if (prefetch.end_ns > 0) {
+            ++stats_.stream_prefetches;
+            stats_.stream_prefetch_ns += prefetch.ns();
+            stats_.stream_prefetch_hidden_ns += std::max<int64_t>(
+                0, std::min(prefetch.end_ns, when.end_ns) - std::max(prefetch.begin_ns, when.begin_ns));
+        }
         for (int64_t i = 0; i < T * k; ++i) stats_.device_rows += work.ids[i] >= 0 ? 1 : 0;
         ++stats_.calls;
         stats_.device_ns += when.ns();
@@ -252,6 +310,18 @@ Status HybridFfn::set_streaming(std::shared_ptr<StreamBuffer> buffer, int64_t th
                  static_cast<long long>(model_layer_), static_cast<long long>(n_), static_cast<long long>(intermediate_),
                  static_cast<long long>(hidden_), static_cast<long long>(s.n_experts),
                  static_cast<long long>(s.intermediate), static_cast<long long>(s.hidden));
+    KT_RETURN_IF(stream_, KT_STATUS_INVALID_ARGUMENT, "hybrid layer %lld: streaming is set already",
+                 static_cast<long long>(model_layer_));
+    {
+        std::lock_guard<std::mutex> buffer_lock(buffer->mutex_);
+        std::vector<StreamBuffer::Member> &members = buffer->members_;
+        const StreamBuffer::Member me{model_layer_, stream_id_, n_, gate_src_, up_src_, down_src_};
+        members.insert(std::upper_bound(members.begin(), members.end(), me,
+                                        [](const StreamBuffer::Member &a, const StreamBuffer::Member &b) {
+                                            return a.model_layer < b.model_layer;
+                                        }),
+                       me);
+    }
     stream_ = std::move(buffer);
     prefill_threshold_ = threshold;
     return Status::ok();

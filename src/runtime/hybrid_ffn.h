@@ -16,7 +16,9 @@
 // the whole layer on the device instead: the layer's experts are uploaded into the stream buffer, unless it holds
 // them already, and the device computes every routed expert while the CPU pool rests. This is KTransformers' GPU
 // prefill threshold: for a long prompt the device's arithmetic outweighs copying the layer's experts to it. Such a
-// call defers nothing (it has no CPU experts), but still adds what the layer before it deferred.
+// call defers nothing (it has no CPU experts), but still adds what the layer before it deferred. With a buffer of
+// two slots, the call also uploads the next streaming layer's experts into the other slot while the device computes
+// this one.
 //
 // begin_forward() / finish_forward() split a call so that the caller's own work runs while it is in flight: the model
 // starts a layer's shared expert (a one-expert HybridFfn, all on the device) before the routed experts and ends it
@@ -58,25 +60,48 @@ private:
     std::vector<std::atomic<uint64_t>> counts_;
 };
 
-// The device memory that holds one MoE layer's experts at a time (gate, up, down as BF16, like resident experts),
-// for the calls above the prefill threshold. Shared by the hybrid layers of a model; one call at a time uses it.
+// The device memory that holds MoE layers' experts (gate, up, down as BF16, like resident experts) for the calls
+// above the prefill threshold, in one or two slots of one layer each. Shared by the hybrid layers of a model; one
+// call at a time uses it. With two slots, a streamed call of layer L uploads the next streaming layer's experts
+// into the other slot while the device computes L (uploads do not wait for the device's calls), so that in a long
+// prompt, which streams the layers in order, each layer after the first finds its experts there already.
 class StreamBuffer {
 public:
-    // `layer` has the shape of the model's MoE layers (n_experts slots); `device` is kept alive with it.
-    StreamBuffer(std::shared_ptr<device::Device> device, std::unique_ptr<device::DeviceLayer> layer)
-        : device_(std::move(device)), layer_(std::move(layer)) {}
-    const device::LayerShape &shape() const { return layer_->shape(); }
-    // Device bytes it holds once filled (each slot is allocated the first time it is filled, then reused).
+    // `slots` (one or two) have the shape of the model's MoE layers (n_experts experts each); `device` is kept
+    // alive with them.
+    StreamBuffer(std::shared_ptr<device::Device> device, std::vector<std::unique_ptr<device::DeviceLayer>> slots);
+    StreamBuffer(std::shared_ptr<device::Device> device, std::unique_ptr<device::DeviceLayer> slot);
+    const device::LayerShape &shape() const { return slots_.front().layer->shape(); }
+    int64_t slots() const { return static_cast<int64_t>(slots_.size()); }
+    // Device bytes one slot holds once filled (it is allocated the first time it is filled, then reused).
     static uint64_t bytes_for(const device::LayerShape &shape) {
         return static_cast<uint64_t>(shape.n_experts) * device::expert_bytes(shape.hidden, shape.intermediate);
     }
 
 private:
     friend class HybridFfn;
-    std::shared_ptr<device::Device> device_;  // declared first: the layer's memory goes back before the device goes
+    struct Slot {
+        std::unique_ptr<device::DeviceLayer> layer;
+        uint64_t holder = 0;  // the stream id of the hybrid layer whose experts it holds; 0: none (or incomplete)
+    };
+    // A hybrid layer streaming through this buffer, as the prefetch needs it (set_streaming registers it, its
+    // destructor takes it out).
+    struct Member {
+        int64_t model_layer = -1;
+        uint64_t stream_id = 0;
+        int64_t n_experts = 0;
+        ops::MatrixStack gate, up, down;
+    };
+    // Under mutex_: the slot holding `stream_id`, else the one to fill for it (not the one used last).
+    Slot &slot_for(uint64_t stream_id);
+    // Under mutex_: the member after model layer `layer` in model order, or null (also with one slot).
+    const Member *next_after(int64_t layer) const;
+
+    std::shared_ptr<device::Device> device_;  // declared first: the slots' memory goes back before the device goes
     std::mutex mutex_;
-    std::unique_ptr<device::DeviceLayer> layer_;
-    uint64_t holder_ = 0;  // the stream id of the hybrid layer whose experts it holds; 0: none (or incomplete)
+    std::vector<Slot> slots_;
+    size_t last_used_ = 0;
+    std::vector<Member> members_;  // by model layer
 };
 
 struct HybridStats {
@@ -91,6 +116,9 @@ struct HybridStats {
     int64_t stream_uploads = 0;    // of those, the ones that uploaded the layer's experts into the stream buffer
     int64_t stream_upload_ns = 0;  // the uploads' time, on the calling thread (not overlapped with anything)
     uint64_t stream_bytes = 0;     // device bytes uploaded by them
+    int64_t stream_prefetches = 0;         // uploads of the next streaming layer's experts beside these calls' work
+    int64_t stream_prefetch_ns = 0;        // their time on the calling thread
+    int64_t stream_prefetch_hidden_ns = 0;  // of it, the part the device was computing this layer meanwhile
     int64_t begun_calls = 0;       // calls left in flight by begin_forward() while the caller worked (shared experts)
     int64_t begun_hidden_ns = 0;   // of their device work, the part done before finish_forward() was called
     // Of the last call (for tests): the two intervals on the monotonic_ns clock.
@@ -111,6 +139,9 @@ struct HybridStats {
         stream_uploads += o.stream_uploads;
         stream_upload_ns += o.stream_upload_ns;
         stream_bytes += o.stream_bytes;
+        stream_prefetches += o.stream_prefetches;
+        stream_prefetch_ns += o.stream_prefetch_ns;
+        stream_prefetch_hidden_ns += o.stream_prefetch_hidden_ns;
         begun_calls += o.begun_calls;
         begun_hidden_ns += o.begun_hidden_ns;
     }
@@ -154,7 +185,8 @@ public:
     // device's resident set whatever happened).
     Status replace(const std::vector<int32_t> &experts);
     // Calls of more than `threshold` tokens (> 0) run the whole layer on the device, through `buffer` (whose shape
-    // must be this layer's), uploading from the sources set_sources() gave. Before the first forward.
+    // must be this layer's), uploading from the sources set_sources() gave; with two slots, such a call also
+    // uploads the next streaming layer's experts (by model_layer). Before the first forward, once.
     Status set_streaming(std::shared_ptr<StreamBuffer> buffer, int64_t threshold);
 
     HybridStats stats() const;

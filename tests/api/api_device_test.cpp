@@ -393,8 +393,9 @@ TEST_CASE("device api: a prompt above the prefill threshold runs whole layers on
     kt::test::write_tiny_model_file_or_fail(spec(), path);
     const Run expected = all_cpu_run(path);
 
-    // 8 experts of 6 * hidden 32 * intermediate 48 bytes per layer in the stream buffer.
-    const uint64_t expert = 6 * 32 * 48, stream = 8 * expert;
+    // 8 experts of 6 * hidden 32 * intermediate 48 bytes per layer in each of the stream buffer's two slots (the
+    // model has two MoE layers: one computes while the next one's experts go up).
+    const uint64_t expert = 6 * 32 * 48, stream = 2 * 8 * expert;
     kt_model_params p = standin_params(64ull << 20, 2);
     p.device_prefill_threshold = 4;  // the 10-token prompt streams, the generated tokens one by one do not
     kt_model *hybrid = load(path, p);
@@ -407,8 +408,10 @@ TEST_CASE("device api: a prompt above the prefill threshold runs whole layers on
     CHECK(relative_worst(got.logits, expected.logits) <= 1e-3);
     const std::string after = plan_of(hybrid);
     INFO(after);
-    // One streamed call per MoE layer (the prompt), each uploading its layer's 8 experts.
-    CHECK_THAT(after, Catch::Contains("streamed calls 2 (over 4 tokens): 2 uploads"));
+    // One streamed call per MoE layer (the prompt): the first uploads its layer's 8 experts, and the next layer's
+    // into the other slot while the device computes; the second finds its experts there.
+    CHECK_THAT(after, Catch::Contains("streamed calls 2 (over 4 tokens): 1 uploads"));
+    CHECK_THAT(after, Catch::Contains("; 1 uploads of the next layer beside them"));
     // Exact accounting: the stream buffer filled once, next to the resident experts and the work buffer.
     CHECK_THAT(after, Catch::Contains(": " + std::to_string(work + stream + 2 * 2 * expert) + " bytes in use"));
     CHECK(number_after(after, "split: ") >= 2);  // calls

@@ -880,6 +880,125 @@ TEST_CASE("hybrid: calls above the prefill threshold stream the whole layer to t
     CHECK_THAT(refused.message(), Catch::Contains("stream buffer"));
 }
 
+namespace {
+
+// A stream buffer slot that counts the uploads into it and calls `on_upload` (with the count so far, shared by
+// the slots) before each: a test's view of when the stream buffer fills.
+class CountingSlot final : public device::DeviceLayer {
+public:
+    CountingSlot(std::unique_ptr<device::DeviceLayer> inner, std::atomic<int64_t> *count, std::function<void(int64_t)> on_upload)
+        : DeviceLayer(inner->shape()), inner_(std::move(inner)), count_(count), on_upload_(std::move(on_upload)) {}
+    Status upload(int64_t e, const ops::MatrixView &g, const ops::MatrixView &u, const ops::MatrixView &d) override {
+        on_upload_(++*count_);
+        KT_TRY(inner_->upload(e, g, u, d));
+        mark_resident(e);
+        return Status::ok();
+    }
+    Status evict(int64_t e) override {
+        unmark_resident(e);
+        return inner_->evict(e);
+    }
+    Status submit(const device::ExpertWork &work, device::Event *event) override { return inner_->submit(work, event); }
+    Status wait(const device::Event &event, device::Interval *when) override { return inner_->wait(event, when); }
+
+private:
+    std::unique_ptr<device::DeviceLayer> inner_;
+    std::atomic<int64_t> *count_;
+    std::function<void(int64_t)> on_upload_;
+};
+
+}  // namespace
+
+TEST_CASE("hybrid: with two stream slots, a streamed layer uploads the next one while the device computes it") {
+    const int64_t E = 8, H = 64, I = 32, max_tokens = 16, T = 12;
+    const int32_t k = 2;
+    const test::ExpertWeights w0 = test::make_experts(KT_TYPE_BF16, KT_EXPERT_WEIGHTS_BF16, 0, E, H, I, 91);
+    const test::ExpertWeights w1 = test::make_experts(KT_TYPE_BF16, KT_EXPERT_WEIGHTS_BF16, 0, E, H, I, 92);
+    const test::ExpertWeights w2 = test::make_experts(KT_TYPE_BF16, KT_EXPERT_WEIGHTS_BF16, 0, E, H, I, 93);
+    const device::LayerShape shape = shape_of(w0, max_tokens, k);
+    // The device's first call waits (on its thread) until the upload after the first layer's own 8 has begun,
+    // which the prefetch does: the two meet only if that upload runs while the device computes the first layer.
+    Rendezvous meet;
+    std::atomic<bool> first_call{true};
+    std::shared_ptr<device::Device> dev = standin(device::workspace_bytes(shape) + 2 * runtime::StreamBuffer::bytes_for(shape) +
+                                                      3 * device::expert_bytes(H, I),
+                                                  [&] {
+                                                      if (first_call.exchange(false)) meet.meet(0);
+                                                  });
+    std::atomic<int64_t> uploads{0};
+    std::vector<std::unique_ptr<device::DeviceLayer>> slots;
+    for (int i = 0; i < 2; ++i) {
+        std::unique_ptr<device::DeviceLayer> slot;
+        REQUIRE(dev->create_layer(shape, &slot).is_ok());
+        slots.push_back(std::make_unique<CountingSlot>(std::move(slot), &uploads, [&](int64_t n) {
+            if (n == E + 1) meet.meet(1);
+        }));
+    }
+    auto buffer = std::make_shared<runtime::StreamBuffer>(dev, std::move(slots));
+    CHECK(buffer->slots() == 2);
+    // Layers 0, 2 and 5 of a model, registered out of order: "next" follows the model's order.
+    std::vector<std::unique_ptr<runtime::HybridFfn>> layers(3);
+    std::vector<std::unique_ptr<moe::ExpertPool>> cpu_only;
+    const test::ExpertWeights *weights[3] = {&w0, &w1, &w2};
+    const int64_t model_layer[3] = {0, 2, 5};
+    for (int i : {2, 0, 1}) {
+        std::unique_ptr<device::DeviceLayer> layer;
+        REQUIRE(dev->create_layer(shape, &layer).is_ok());
+        upload(*layer, *weights[i], 1);
+        layers[static_cast<size_t>(i)] = std::make_unique<runtime::HybridFfn>(make_pool(*weights[i], max_tokens, k), dev,
+                                                                              std::move(layer), max_tokens, nullptr,
+                                                                              model_layer[i]);
+        REQUIRE(layers[static_cast<size_t>(i)]->init().is_ok());
+        set_sources(*layers[static_cast<size_t>(i)], *weights[i]);
+        REQUIRE(layers[static_cast<size_t>(i)]->set_streaming(buffer, 4).is_ok());
+    }
+    CHECK(layers[0]->set_streaming(buffer, 4).code() == KT_STATUS_INVALID_ARGUMENT);  // once
+    for (const test::ExpertWeights *w : weights) cpu_only.push_back(make_pool(*w, max_tokens, k));
+    std::unique_ptr<ThreadPool> unused;
+    REQUIRE(ThreadPool::create(ThreadPoolOptions{}, &unused).is_ok());
+
+    // A prompt's pass streams layer 0, 2, 5 in order; a second pass (the next chunk) starts over at layer 0.
+    for (int pass = 0; pass < 2; ++pass) {
+        for (size_t l = 0; l < 3; ++l) {
+            const uint64_t seed = 200 + 10 * static_cast<uint64_t>(pass) + l;
+            const test::Routing r = test::make_routing(T, k, E, seed);
+            const std::vector<float> x = test::random_normal(static_cast<size_t>(T * H), seed);
+            const std::vector<float> want = pool_forward(*cpu_only[l], x, T, k, r.ids, r.weights);
+            const runtime::HybridStats before = layers[l]->stats();
+            std::vector<float> y(x.size());
+            REQUIRE(layers[l]->forward(x.data(), T, r.ids.data(), r.weights.data(), k, y.data(), *unused).is_ok());
+            const runtime::HybridStats after = layers[l]->stats();
+            INFO("pass " << pass << ", layer " << model_layer[l]);
+            CHECK(worst_difference(y, want) <= 1e-3 * max_abs(want));  // the right layer's experts, all of them
+            CHECK(after.streamed_calls == before.streamed_calls + 1);
+            // Only each pass's first layer uploads its own experts; every layer but the last uploads the next one's.
+            CHECK(after.stream_uploads - before.stream_uploads == (l == 0 ? 1 : 0));
+            CHECK(after.stream_prefetches - before.stream_prefetches == (l < 2 ? 1 : 0));
+        }
+    }
+    REQUIRE(!meet.timed_out);
+    const runtime::HybridStats s0 = layers[0]->stats();
+    CHECK(s0.stream_prefetch_hidden_ns > 0);
+    CHECK(s0.stream_prefetch_hidden_ns <= s0.stream_prefetch_ns);
+    CHECK(uploads.load() == 2 * 3 * E);  // each pass: the three layers' experts, once each
+    CHECK(dev->used_bytes() <= dev->budget_bytes());
+
+    // Destroyed, a layer leaves the buffer's order: next after layer 0 is layer 5 now, which a slot holds already
+    // (the second pass prefetched it), so layer 0 uploads nothing beside its call and layer 5 finds its experts.
+    layers[1].reset();
+    const runtime::HybridStats s0_before = layers[0]->stats();
+    const test::Routing r = test::make_routing(T, k, E, 300);
+    const std::vector<float> x = test::random_normal(static_cast<size_t>(T * H), 300);
+    std::vector<float> y(x.size());
+    REQUIRE(layers[0]->forward(x.data(), T, r.ids.data(), r.weights.data(), k, y.data(), *unused).is_ok());
+    CHECK(layers[0]->stats().stream_uploads == s0_before.stream_uploads + 1);
+    CHECK(layers[0]->stats().stream_prefetches == s0_before.stream_prefetches);
+    const std::vector<float> want5 = pool_forward(*cpu_only[2], x, T, k, r.ids, r.weights);
+    REQUIRE(layers[2]->forward(x.data(), T, r.ids.data(), r.weights.data(), k, y.data(), *unused).is_ok());
+    CHECK(worst_difference(y, want5) <= 1e-3 * max_abs(want5));
+    CHECK(layers[2]->stats().stream_uploads == 0);  // always prefetched
+}
+
 TEST_CASE("hybrid: a stream buffer the budget cannot hold fails the streamed call, and the split still works") {
     const int64_t E = 8, H = 64, I = 32, T = 12;
     const int32_t k = 2;

@@ -3,7 +3,9 @@
 // layer. Byte-level mutations of a GGUF mostly break its header; here the input instead describes a model, so the
 // fuzzer explores the space behind the reader:
 //   byte 0        the architecture (llama, Mixtral-style llama, qwen2, qwen3, qwen2moe, qwen3moe, deepseek2) and
-//                 its sizes, from small tables;
+//                 its sizes, from small tables; above the architecture (byte / 7), for half of the inputs, a hybrid
+//                 load on the CPU stand-in device (the placement, the dense FFNs and shared experts on the device,
+//                 deferred experts, the prefill threshold's stream buffer, or a budget too small for them);
 //   then ops      0-2: set a metadata key (from every key the families read) to a value of any GGUF type, before
 //                 the tensor table is derived (floats, strings, flags) or after it (the file then contradicts its
 //                 own tensors: sizes, counts, per-layer arrays); 3: drop a tensor; 4: add an unexpected tensor;
@@ -287,6 +289,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     kt_model_params mp;
     kt_model_params_init(&mp);
     mp.prefetch = 0;
+    // The device setup from the bits above the architecture; only the expert engine uses a device (not the
+    // reference kernels, the 0x80 bit).
+    switch ((pick / 7) % 4) {
+        case 2:  // everything the hybrid path does: streamed long calls (the 3-token prompt), deferred experts
+            mp.device = KT_DEVICE_CPU_STANDIN;
+            mp.device_budget_bytes = 64ull << 20;
+            mp.device_prefill_threshold = 2;
+            mp.device_deferred_experts = 1;
+            break;
+        case 3:  // a budget of about the work buffer (its upload slots are 8 MiB): some fit, some are refused
+            mp.device = KT_DEVICE_CPU_STANDIN;
+            mp.device_budget_bytes = (8ull << 20) + (static_cast<uint64_t>(pick) << 14);
+            mp.device_experts = pick % 3;
+            break;
+        default: break;
+    }
     kt_model *model = nullptr;
     kt_error err = {sizeof(kt_error), 0, {0}};
     const kt_status loaded = kt_model_load(temp_path().c_str(), &mp, &model, &err);

@@ -239,13 +239,13 @@ typedef struct kt_model_params {
        routed experts on the device, as KTransformers' GPU prefill threshold does: the layer's experts not resident
        there are copied into a stream buffer on the device and the CPU computes nothing for that layer. The buffer
        has two slots of n_expert * 6 * hidden * intermediate bytes (one for a model with one MoE layer), counted in
-       device_budget_bytes before any resident expert: while the device computes one layer from one slot, the next
-       layer's experts are copied into the other, so in a long prompt only each chunk's first layer waits for its
-       copy. Worth it where
+       device_budget_bytes before any resident expert: once a layer's call is done, a thread of the buffer copies
+       the next layer's experts into the other slot while that layer's attention runs, so in a long prompt only
+       each chunk's first layer waits for its whole copy. Worth it where
        the device computes a long prompt's experts faster than the CPU even counting the copy. 0 (default): never;
        negative, or any value without a device: KT_STATUS_INVALID_ARGUMENT. Such a call defers nothing.
        kt_model_device_plan prints the stream buffer and counts the streamed calls, their uploads and time, and
-       the next layer's uploads beside them (and how much of that ran while the device computed). */
+       the calls that found their layer uploaded ahead (and how long they waited for the rest of it). */
     int32_t device_prefill_threshold;
 } kt_model_params;
 

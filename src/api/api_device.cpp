@@ -91,13 +91,13 @@ std::string split_line(const kt_model *model) {
     }
     std::string streamed;
     if (sum.streamed_calls > 0 || model->device_prefill_threshold > 0)
-        streamed = format(", streamed calls %lld (over %d tokens): %lld uploads, %.1f MB in %.3f ms; %lld uploads of "
-                          "the next layer beside them, %.3f ms, %.3f ms of it while the device computed",
+        streamed = format(", streamed calls %lld (over %d tokens): %lld uploads, %.1f MB in %.3f ms; %lld found their "
+                          "layer uploaded ahead (%.3f ms of uploads, %.3f ms of it waited for)",
                           static_cast<long long>(sum.streamed_calls), model->device_prefill_threshold,
                           static_cast<long long>(sum.stream_uploads), static_cast<double>(sum.stream_bytes) * 1e-6,
-                          static_cast<double>(sum.stream_upload_ns) * 1e-6, static_cast<long long>(sum.stream_prefetches),
-                          static_cast<double>(sum.stream_prefetch_ns) * 1e-6,
-                          static_cast<double>(sum.stream_prefetch_hidden_ns) * 1e-6);
+                          static_cast<double>(sum.stream_upload_ns) * 1e-6, static_cast<long long>(sum.stream_ahead_calls),
+                          static_cast<double>(sum.stream_ahead_ns) * 1e-6,
+                          static_cast<double>(sum.stream_ahead_wait_ns) * 1e-6);
     std::string begun;
     if (sum.begun_calls > 0)
         begun = format(", shared experts begun before the routed ones %lld: %.3f ms of their device work ran beside them",

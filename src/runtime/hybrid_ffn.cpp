@@ -26,18 +26,60 @@ Status upload_all(device::DeviceLayer &layer, int64_t n_experts, const ops::Matr
 
 StreamBuffer::StreamBuffer(std::shared_ptr<device::Device> device, std::vector<std::unique_ptr<device::DeviceLayer>> slots)
     : device_(std::move(device)) {
-    for (std::unique_ptr<device::DeviceLayer> &layer : slots) slots_.push_back(Slot{std::move(layer), 0});
+    for (std::unique_ptr<device::DeviceLayer> &layer : slots) slots_.push_back(Slot{std::move(layer), 0, false, 0});
+    if (slots_.size() > 1) thread_ = std::thread([this] { upload_thread(); });
 }
 
 StreamBuffer::StreamBuffer(std::shared_ptr<device::Device> device, std::unique_ptr<device::DeviceLayer> slot)
     : device_(std::move(device)) {
-    slots_.push_back(Slot{std::move(slot), 0});
+    slots_.push_back(Slot{std::move(slot), 0, false, 0});
+}
+
+StreamBuffer::~StreamBuffer() {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+}
+
+// One request at a time, uploaded under mutex_: a streamed call that comes meanwhile waits for it (it may be the
+// call that needs these experts), and a layer leaving the buffer waits before its sources may go.
+void StreamBuffer::upload_thread() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+        cv_.wait(lock, [&] { return stop_ || ahead_slot_; });
+        if (stop_) return;
+        Slot &slot = *ahead_slot_;
+        const Member *m = member(ahead_id_);
+        if (m && slot.holder != m->stream_id) {
+            const int64_t start = monotonic_ns();
+            slot.holder = 0;
+            slot.uploaded_ahead = false;
+            // A failure is the layer's own call to report: it finds the slot incomplete and uploads again.
+            if (upload_all(*slot.layer, m->n_experts, m->gate, m->up, m->down, m->model_layer).is_ok()) {
+                slot.holder = m->stream_id;
+                slot.uploaded_ahead = true;
+                slot.ahead_ns = monotonic_ns() - start;
+            }
+        }
+        ahead_slot_ = nullptr;
+        ahead_id_ = 0;
+        cv_.notify_all();
+    }
 }
 
 StreamBuffer::Slot &StreamBuffer::slot_for(uint64_t stream_id) {
     for (Slot &slot : slots_)
         if (slot.holder == stream_id) return slot;
     return slots_.size() > 1 ? slots_[1 - last_used_] : slots_.front();
+}
+
+const StreamBuffer::Member *StreamBuffer::member(uint64_t stream_id) const {
+    for (const Member &m : members_)
+        if (m.stream_id == stream_id) return &m;
+    return nullptr;
 }
 
 const StreamBuffer::Member *StreamBuffer::next_after(int64_t layer) const {
@@ -239,11 +281,23 @@ Status HybridFfn::finish_chunk() const {
 Status HybridFfn::forward_streamed(const float *x, int64_t n_tokens, const int32_t *ids, const float *weights,
                                    int64_t k, float *out) const {
     const int64_t H = hidden_;
-    std::lock_guard<std::mutex> lock(stream_->mutex_);
+    std::unique_lock<std::mutex> lock(stream_->mutex_);
+    // An upload ahead, queued or running, finishes first: most often it is this layer's, and it may fill the slot
+    // this call would take.
+    const int64_t arrived = monotonic_ns();
+    stream_->cv_.wait(lock, [&] { return !stream_->ahead_slot_; });
+    const int64_t waited = monotonic_ns() - arrived;
     StreamBuffer::Slot &slot = stream_->slot_for(stream_id_);
+    if (slot.holder == stream_id_ && slot.uploaded_ahead) {
+        ++stats_.stream_ahead_calls;
+        stats_.stream_ahead_ns += slot.ahead_ns;
+        stats_.stream_ahead_wait_ns += waited;
+        slot.uploaded_ahead = false;
+    }
     if (slot.holder != stream_id_) {
         const int64_t start = monotonic_ns();
         slot.holder = 0;  // none until all of this layer's experts are in (a failed upload leaves a mix)
+        slot.uploaded_ahead = false;
         KT_TRY(upload_all(*slot.layer, n_, gate_src_, up_src_, down_src_, model_layer_));
         slot.holder = stream_id_;
         ++stats_.stream_uploads;
@@ -251,10 +305,6 @@ Status HybridFfn::forward_streamed(const float *x, int64_t n_tokens, const int32
         stats_.stream_bytes += static_cast<uint64_t>(n_) * device::expert_bytes(hidden_, intermediate_);
     }
     stream_->last_used_ = static_cast<size_t>(&slot - stream_->slots_.data());
-    // The next streaming layer, unless the other slot holds it already: uploaded while the first chunk computes.
-    const StreamBuffer::Member *next = stream_->next_after(model_layer_);
-    StreamBuffer::Slot *other = next ? &stream_->slot_for(next->stream_id) : nullptr;
-    if (other == &slot || (other && other->holder == next->stream_id)) other = nullptr;
     for (int64_t t0 = 0; t0 < n_tokens; t0 += max_tokens_) {
         const int64_t T = std::min(max_tokens_, n_tokens - t0);
         const int64_t start = monotonic_ns();
@@ -268,23 +318,7 @@ Status HybridFfn::forward_streamed(const float *x, int64_t n_tokens, const int32
         device::Event event;
         device::Interval when;
         KT_TRY(Status(slot.layer->submit(work, &event)).with_context("streamed experts"));
-        device::Interval prefetch;
-        if (other) {
-            prefetch.begin_ns = monotonic_ns();
-            other->holder = 0;
-            // A failure is the next layer's to report: its call finds the slot incomplete and uploads again.
-            const Status filled = upload_all(*other->layer, next->n_experts, next->gate, next->up, next->down, next->model_layer);
-            if (filled.is_ok()) other->holder = next->stream_id;
-            prefetch.end_ns = monotonic_ns();
-            other = nullptr;
-        }
         KT_TRY(Status(slot.layer->wait(event, &when)).with_context("streamed experts"));
-        if (prefetch.end_ns > 0) {
-            ++stats_.stream_prefetches;
-            stats_.stream_prefetch_ns += prefetch.ns();
-            stats_.stream_prefetch_hidden_ns += std::max<int64_t>(
-                0, std::min(prefetch.end_ns, when.end_ns) - std::max(prefetch.begin_ns, when.begin_ns));
-        }
         for (int64_t i = 0; i < T * k; ++i) stats_.device_rows += work.ids[i] >= 0 ? 1 : 0;
         ++stats_.calls;
         stats_.device_ns += when.ns();
@@ -293,6 +327,16 @@ Status HybridFfn::forward_streamed(const float *x, int64_t n_tokens, const int32
         stats_.last_device = when;
     }
     ++stats_.streamed_calls;
+    // The next streaming layer's experts, unless the other slot holds them: uploaded by the buffer's thread once
+    // this call has let go of the buffer, while the model computes that layer's attention.
+    if (const StreamBuffer::Member *next = stream_->next_after(model_layer_)) {
+        StreamBuffer::Slot &other = stream_->slot_for(next->stream_id);
+        if (&other != &slot && other.holder != next->stream_id) {
+            stream_->ahead_slot_ = &other;
+            stream_->ahead_id_ = next->stream_id;
+            stream_->cv_.notify_all();
+        }
+    }
     return Status::ok();
 }
 

@@ -17,8 +17,8 @@
 // them already, and the device computes every routed expert while the CPU pool rests. This is KTransformers' GPU
 // prefill threshold: for a long prompt the device's arithmetic outweighs copying the layer's experts to it. Such a
 // call defers nothing (it has no CPU experts), but still adds what the layer before it deferred. With a buffer of
-// two slots, the call also uploads the next streaming layer's experts into the other slot while the device computes
-// this one.
+// two slots, the next streaming layer's experts are uploaded into the other slot as the call returns, on the
+// buffer's thread, while the model goes on to that layer's attention.
 //
 // begin_forward() / finish_forward() split a call so that the caller's own work runs while it is in flight: the model
 // starts a layer's shared expert (a one-expert HybridFfn, all on the device) before the routed experts and ends it
@@ -29,9 +29,11 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "core/function_ref.h"
@@ -62,15 +64,19 @@ private:
 
 // The device memory that holds MoE layers' experts (gate, up, down as BF16, like resident experts) for the calls
 // above the prefill threshold, in one or two slots of one layer each. Shared by the hybrid layers of a model; one
-// call at a time uses it. With two slots, a streamed call of layer L uploads the next streaming layer's experts
-// into the other slot while the device computes L (uploads do not wait for the device's calls), so that in a long
-// prompt, which streams the layers in order, each layer after the first finds its experts there already.
+// call at a time uses it. With two slots, a streamed call of layer L, once done, has the buffer's own thread upload
+// the next streaming layer's experts into the other slot, while the caller goes on (the next layer's attention on
+// the CPU, as a long prompt streams the layers in order) and the device with it (uploads do not wait for the
+// device's calls): the next layer's call then finds its experts there, or waits only for the rest of their upload.
 class StreamBuffer {
 public:
     // `slots` (one or two) have the shape of the model's MoE layers (n_experts experts each); `device` is kept
     // alive with them.
     StreamBuffer(std::shared_ptr<device::Device> device, std::vector<std::unique_ptr<device::DeviceLayer>> slots);
     StreamBuffer(std::shared_ptr<device::Device> device, std::unique_ptr<device::DeviceLayer> slot);
+    ~StreamBuffer();  // stops the upload thread (after the upload it is doing, if any)
+    StreamBuffer(const StreamBuffer &) = delete;
+    StreamBuffer &operator=(const StreamBuffer &) = delete;
     const device::LayerShape &shape() const { return slots_.front().layer->shape(); }
     int64_t slots() const { return static_cast<int64_t>(slots_.size()); }
     // Device bytes one slot holds once filled (it is allocated the first time it is filled, then reused).
@@ -82,9 +88,11 @@ private:
     friend class HybridFfn;
     struct Slot {
         std::unique_ptr<device::DeviceLayer> layer;
-        uint64_t holder = 0;  // the stream id of the hybrid layer whose experts it holds; 0: none (or incomplete)
+        uint64_t holder = 0;       // the stream id of the hybrid layer whose experts it holds; 0: none (or incomplete)
+        bool uploaded_ahead = false;  // the holder's experts came from the upload thread, not yet found by its call
+        int64_t ahead_ns = 0;      // and how long that upload took
     };
-    // A hybrid layer streaming through this buffer, as the prefetch needs it (set_streaming registers it, its
+    // A hybrid layer streaming through this buffer, as the upload thread needs it (set_streaming registers it, its
     // destructor takes it out).
     struct Member {
         int64_t model_layer = -1;
@@ -96,12 +104,19 @@ private:
     Slot &slot_for(uint64_t stream_id);
     // Under mutex_: the member after model layer `layer` in model order, or null (also with one slot).
     const Member *next_after(int64_t layer) const;
+    const Member *member(uint64_t stream_id) const;
+    void upload_thread();
 
     std::shared_ptr<device::Device> device_;  // declared first: the slots' memory goes back before the device goes
     std::mutex mutex_;
+    std::condition_variable cv_;  // a request for the upload thread, or its upload done
     std::vector<Slot> slots_;
     size_t last_used_ = 0;
     std::vector<Member> members_;  // by model layer
+    Slot *ahead_slot_ = nullptr;   // the upload thread's request (or upload in progress): this slot,
+    uint64_t ahead_id_ = 0;        // this member's experts
+    bool stop_ = false;
+    std::thread thread_;           // with two slots
 };
 
 struct HybridStats {
@@ -116,9 +131,9 @@ struct HybridStats {
     int64_t stream_uploads = 0;    // of those, the ones that uploaded the layer's experts into the stream buffer
     int64_t stream_upload_ns = 0;  // the uploads' time, on the calling thread (not overlapped with anything)
     uint64_t stream_bytes = 0;     // device bytes uploaded by them
-    int64_t stream_prefetches = 0;         // uploads of the next streaming layer's experts beside these calls' work
-    int64_t stream_prefetch_ns = 0;        // their time on the calling thread
-    int64_t stream_prefetch_hidden_ns = 0;  // of it, the part the device was computing this layer meanwhile
+    int64_t stream_ahead_calls = 0;     // streamed calls that found their experts uploaded ahead by the buffer's thread
+    int64_t stream_ahead_ns = 0;        // those uploads' time (on that thread)
+    int64_t stream_ahead_wait_ns = 0;   // how long the calls waited for an upload ahead to finish
     int64_t begun_calls = 0;       // calls left in flight by begin_forward() while the caller worked (shared experts)
     int64_t begun_hidden_ns = 0;   // of their device work, the part done before finish_forward() was called
     // Of the last call (for tests): the two intervals on the monotonic_ns clock.
@@ -139,9 +154,9 @@ struct HybridStats {
         stream_uploads += o.stream_uploads;
         stream_upload_ns += o.stream_upload_ns;
         stream_bytes += o.stream_bytes;
-        stream_prefetches += o.stream_prefetches;
-        stream_prefetch_ns += o.stream_prefetch_ns;
-        stream_prefetch_hidden_ns += o.stream_prefetch_hidden_ns;
+        stream_ahead_calls += o.stream_ahead_calls;
+        stream_ahead_ns += o.stream_ahead_ns;
+        stream_ahead_wait_ns += o.stream_ahead_wait_ns;
         begun_calls += o.begun_calls;
         begun_hidden_ns += o.begun_hidden_ns;
     }
@@ -185,8 +200,8 @@ public:
     // device's resident set whatever happened).
     Status replace(const std::vector<int32_t> &experts);
     // Calls of more than `threshold` tokens (> 0) run the whole layer on the device, through `buffer` (whose shape
-    // must be this layer's), uploading from the sources set_sources() gave; with two slots, such a call also
-    // uploads the next streaming layer's experts (by model_layer). Before the first forward, once.
+    // must be this layer's), uploading from the sources set_sources() gave; with two slots, such a call then has
+    // the next streaming layer's experts (by model_layer) uploaded ahead. Before the first forward, once.
     Status set_streaming(std::shared_ptr<StreamBuffer> buffer, int64_t threshold);
 
     HybridStats stats() const;

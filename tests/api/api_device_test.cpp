@@ -408,10 +408,10 @@ TEST_CASE("device api: a prompt above the prefill threshold runs whole layers on
     CHECK(relative_worst(got.logits, expected.logits) <= 1e-3);
     const std::string after = plan_of(hybrid);
     INFO(after);
-    // One streamed call per MoE layer (the prompt): the first uploads its layer's 8 experts, and the next layer's
-    // into the other slot while the device computes; the second finds its experts there.
+    // One streamed call per MoE layer (the prompt): the first uploads its layer's 8 experts, then the buffer's
+    // thread the next layer's into the other slot, where the second call finds them.
     CHECK_THAT(after, Catch::Contains("streamed calls 2 (over 4 tokens): 1 uploads"));
-    CHECK_THAT(after, Catch::Contains("; 1 uploads of the next layer beside them"));
+    CHECK_THAT(after, Catch::Contains("; 1 found their layer uploaded ahead"));
     // Exact accounting: the stream buffer filled once, next to the resident experts and the work buffer.
     CHECK_THAT(after, Catch::Contains(": " + std::to_string(work + stream + 2 * 2 * expert) + " bytes in use"));
     CHECK(number_after(after, "split: ") >= 2);  // calls

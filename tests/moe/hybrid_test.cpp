@@ -909,22 +909,19 @@ private:
 
 }  // namespace
 
-TEST_CASE("hybrid: with two stream slots, a streamed layer uploads the next one while the device computes it") {
+TEST_CASE("hybrid: with two stream slots, the next streaming layer is uploaded while the caller goes on") {
     const int64_t E = 8, H = 64, I = 32, max_tokens = 16, T = 12;
     const int32_t k = 2;
     const test::ExpertWeights w0 = test::make_experts(KT_TYPE_BF16, KT_EXPERT_WEIGHTS_BF16, 0, E, H, I, 91);
     const test::ExpertWeights w1 = test::make_experts(KT_TYPE_BF16, KT_EXPERT_WEIGHTS_BF16, 0, E, H, I, 92);
     const test::ExpertWeights w2 = test::make_experts(KT_TYPE_BF16, KT_EXPERT_WEIGHTS_BF16, 0, E, H, I, 93);
     const device::LayerShape shape = shape_of(w0, max_tokens, k);
-    // The device's first call waits (on its thread) until the upload after the first layer's own 8 has begun,
-    // which the prefetch does: the two meet only if that upload runs while the device computes the first layer.
+    std::shared_ptr<device::Device> dev =
+        standin(device::workspace_bytes(shape) + 2 * runtime::StreamBuffer::bytes_for(shape) + 3 * device::expert_bytes(H, I));
+    // After the first layer's call has returned, the caller (standing in for the next layer's attention) waits
+    // until the upload after the first layer's own 8 has begun, which is the buffer thread's of the next layer:
+    // the two meet only if that upload runs while the caller works, after the call.
     Rendezvous meet;
-    std::atomic<bool> first_call{true};
-    std::shared_ptr<device::Device> dev = standin(device::workspace_bytes(shape) + 2 * runtime::StreamBuffer::bytes_for(shape) +
-                                                      3 * device::expert_bytes(H, I),
-                                                  [&] {
-                                                      if (first_call.exchange(false)) meet.meet(0);
-                                                  });
     std::atomic<int64_t> uploads{0};
     std::vector<std::unique_ptr<device::DeviceLayer>> slots;
     for (int i = 0; i < 2; ++i) {
@@ -967,36 +964,36 @@ TEST_CASE("hybrid: with two stream slots, a streamed layer uploads the next one 
             const runtime::HybridStats before = layers[l]->stats();
             std::vector<float> y(x.size());
             REQUIRE(layers[l]->forward(x.data(), T, r.ids.data(), r.weights.data(), k, y.data(), *unused).is_ok());
+            if (pass == 0 && l == 0) meet.meet(0);
             const runtime::HybridStats after = layers[l]->stats();
             INFO("pass " << pass << ", layer " << model_layer[l]);
             CHECK(worst_difference(y, want) <= 1e-3 * max_abs(want));  // the right layer's experts, all of them
             CHECK(after.streamed_calls == before.streamed_calls + 1);
-            // Only each pass's first layer uploads its own experts; every layer but the last uploads the next one's.
+            // Only each pass's first layer uploads its own experts; the others find theirs uploaded ahead.
             CHECK(after.stream_uploads - before.stream_uploads == (l == 0 ? 1 : 0));
-            CHECK(after.stream_prefetches - before.stream_prefetches == (l < 2 ? 1 : 0));
+            CHECK(after.stream_ahead_calls - before.stream_ahead_calls == (l == 0 ? 0 : 1));
         }
     }
     REQUIRE(!meet.timed_out);
-    const runtime::HybridStats s0 = layers[0]->stats();
-    CHECK(s0.stream_prefetch_hidden_ns > 0);
-    CHECK(s0.stream_prefetch_hidden_ns <= s0.stream_prefetch_ns);
+    const runtime::HybridStats s2 = layers[1]->stats();
+    CHECK(s2.stream_ahead_ns > 0);
     CHECK(uploads.load() == 2 * 3 * E);  // each pass: the three layers' experts, once each
     CHECK(dev->used_bytes() <= dev->budget_bytes());
 
     // Destroyed, a layer leaves the buffer's order: next after layer 0 is layer 5 now, which a slot holds already
-    // (the second pass prefetched it), so layer 0 uploads nothing beside its call and layer 5 finds its experts.
+    // (the second pass uploaded it ahead), so nothing is uploaded after layer 0's call and layer 5 finds its experts.
     layers[1].reset();
-    const runtime::HybridStats s0_before = layers[0]->stats();
     const test::Routing r = test::make_routing(T, k, E, 300);
     const std::vector<float> x = test::random_normal(static_cast<size_t>(T * H), 300);
     std::vector<float> y(x.size());
     REQUIRE(layers[0]->forward(x.data(), T, r.ids.data(), r.weights.data(), k, y.data(), *unused).is_ok());
-    CHECK(layers[0]->stats().stream_uploads == s0_before.stream_uploads + 1);
-    CHECK(layers[0]->stats().stream_prefetches == s0_before.stream_prefetches);
     const std::vector<float> want5 = pool_forward(*cpu_only[2], x, T, k, r.ids, r.weights);
+    const runtime::HybridStats s5_before = layers[2]->stats();
     REQUIRE(layers[2]->forward(x.data(), T, r.ids.data(), r.weights.data(), k, y.data(), *unused).is_ok());
     CHECK(worst_difference(y, want5) <= 1e-3 * max_abs(want5));
-    CHECK(layers[2]->stats().stream_uploads == 0);  // always prefetched
+    CHECK(layers[2]->stats().stream_uploads == s5_before.stream_uploads);
+    CHECK(layers[2]->stats().stream_ahead_calls == s5_before.stream_ahead_calls);  // found from the second pass
+    CHECK(uploads.load() == 2 * 3 * E + E);  // layer 0's own, nothing else
 }
 
 TEST_CASE("hybrid: a stream buffer the budget cannot hold fails the streamed call, and the split still works") {

@@ -7,6 +7,9 @@
 // and for the hybrid the device's and the CPU's busy time and how much of the shorter one was hidden behind the
 // other (the intersection of their intervals). Routing: uniform random top-k, or --skew s (expert e drawn with
 // weight 1/(e+1)^s, so the low ids are the hot ones that a placement by counts would put on the device).
+// Then, for the largest token count, a long prompt's pass over --stream-layers layers above the prefill threshold
+// (every layer streamed through the stream buffer) with one slot and with two, the caller spending --gap-ms
+// between layers as the next layer's attention would: with two slots the next layer's experts go up meanwhile.
 //
 //   kt-hybrid-bench --device cuda --experts 128 --hidden 2048 --inter 768 --top-k 8 --resident 32 --tokens 1,8,128,512
 #include <algorithm>
@@ -39,13 +42,15 @@ struct Options {
     int iters = 10, warmup = 2;
     double skew = 0.0;
     std::string type = "Q8_0";
+    int64_t stream_layers = 4;
+    double gap_ms = 5.0;
 };
 
 [[noreturn]] void usage(const char *why) {
     std::fprintf(stderr,
                  "kt-hybrid-bench: %s\nusage: kt-hybrid-bench [--device cuda|standin] [--experts N] [--hidden H] "
                  "[--inter I] [--top-k K] [--resident N] [--tokens a,b,..] [--iters N] [--warmup N] [--threads N] "
-                 "[--skew S] [--type Q8_0|Q4_0|BF16]\n",
+                 "[--skew S] [--type Q8_0|Q4_0|BF16] [--stream-layers N (0: none)] [--gap-ms MS]\n",
                  why);
     std::exit(2);
 }
@@ -69,6 +74,8 @@ Options parse(int argc, char **argv) {
         else if (a == "--threads") o.threads = std::atoi(next());
         else if (a == "--skew") o.skew = std::atof(next());
         else if (a == "--type") o.type = next();
+        else if (a == "--stream-layers") o.stream_layers = std::atoll(next());
+        else if (a == "--gap-ms") o.gap_ms = std::atof(next());
         else if (a == "--tokens") {
             o.tokens.clear();
             std::string list = next();
@@ -79,7 +86,9 @@ Options parse(int argc, char **argv) {
             }
         } else usage(("unknown option " + a).c_str());
     }
-    if (o.resident < 0 || o.resident > o.experts || o.top_k <= 0 || o.top_k > o.experts || o.iters <= 0) usage("bad sizes");
+    if (o.resident < 0 || o.resident > o.experts || o.top_k <= 0 || o.top_k > o.experts || o.iters <= 0 ||
+        o.stream_layers < 0 || o.gap_ms < 0)
+        usage("bad sizes");
     return o;
 }
 
@@ -93,6 +102,79 @@ void check(const Status &s, const char *what) {
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
+}
+
+// A long prompt's chunk of T = max_t tokens through `layers` layers, each above the prefill threshold (so
+// streamed), with the caller busy for gap_ms after each (the next layer's attention), with a stream buffer of one
+// slot and then of two. Every layer streams the same weights; what differs is whose experts a slot holds.
+template <typename View>
+void stream_pass(const Options &o, const std::shared_ptr<device::Device> &dev, const device::LayerShape &shape,
+                 int64_t max_t, const std::vector<uint8_t> &gate, const std::vector<uint8_t> &up,
+                 const std::vector<uint8_t> &down, View view) {
+    const int64_t E = o.experts, H = o.hidden, I = o.inter, T = max_t;
+    auto stack = [&](const std::vector<uint8_t> &m, int64_t rows, int64_t cols) {
+        ops::MatrixStack s;
+        s.first = view(m, 0, rows, cols);
+        s.count = E;
+        s.stride = rows * s.first.row_bytes;
+        return s;
+    };
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(E - 1));
+    std::vector<int32_t> ids(static_cast<size_t>(T * o.top_k));
+    for (int32_t &id : ids) id = pick(rng);
+    std::vector<float> w(ids.size(), 1.0f / static_cast<float>(o.top_k)), x(static_cast<size_t>(T * H), 0.5f),
+        y(x.size());
+    std::unique_ptr<ThreadPool> unused;
+    check(ThreadPool::create(ThreadPoolOptions{}, &unused), "thread pool");
+    std::printf("\nstreamed pass: %lld layers of %lld tokens above the prefill threshold, %.1f ms of the caller's own "
+                "work after each\n%6s %12s %12s %14s %12s %12s\n",
+                static_cast<long long>(o.stream_layers), static_cast<long long>(T), o.gap_ms, "slots", "pass_ms",
+                "uploads", "uploaded_ahead", "ahead_ms", "waited_ms");
+    for (int slots : {1, 2}) {
+        std::vector<std::unique_ptr<device::DeviceLayer>> buffers(static_cast<size_t>(slots));
+        for (std::unique_ptr<device::DeviceLayer> &b : buffers) check(dev->create_layer(shape, &b), "stream slot");
+        auto buffer = std::make_shared<runtime::StreamBuffer>(dev, std::move(buffers));
+        std::vector<std::unique_ptr<runtime::HybridFfn>> layers;
+        for (int64_t l = 0; l < o.stream_layers; ++l) {
+            // A pool that is never loaded: a streamed call computes nothing on the CPU.
+            moe::ExpertPoolConfig c;
+            c.n_experts = E;
+            c.hidden = H;
+            c.intermediate = I;
+            c.max_tokens = T;
+            c.max_top_k = o.top_k;
+            c.n_threads = 1;
+            std::unique_ptr<moe::ExpertPool> pool;
+            check(moe::ExpertPool::create(c, &pool), "pool");
+            std::unique_ptr<device::DeviceLayer> none;
+            check(dev->create_layer(shape, &none), "device layer");
+            layers.push_back(std::make_unique<runtime::HybridFfn>(std::move(pool), dev, std::move(none), T, nullptr, l));
+            check(layers.back()->init(), "hybrid");
+            layers.back()->set_sources(stack(gate, I, H), stack(up, I, H), stack(down, H, I));
+            check(layers.back()->set_streaming(buffer, 1), "streaming");
+        }
+        std::vector<double> pass_ms;
+        for (int it = 0; it < o.warmup + o.iters; ++it) {
+            const int64_t t0 = monotonic_ns();
+            for (const std::unique_ptr<runtime::HybridFfn> &layer : layers) {
+                check(layer->forward(x.data(), T, ids.data(), w.data(), o.top_k, y.data(), *unused), "streamed forward");
+                const int64_t until = monotonic_ns() + static_cast<int64_t>(o.gap_ms * 1e6);
+                while (monotonic_ns() < until) {
+                }
+            }
+            if (it >= o.warmup) pass_ms.push_back(static_cast<double>(monotonic_ns() - t0) * 1e-6);
+        }
+        runtime::HybridStats sum;
+        for (const std::unique_ptr<runtime::HybridFfn> &layer : layers) sum.add(layer->stats());
+        const double passes = static_cast<double>(o.warmup + o.iters);
+        std::printf("%6d %12.3f %12.2f %14.2f %12.3f %12.3f\n", slots, median(pass_ms),
+                    static_cast<double>(sum.stream_uploads) / passes, static_cast<double>(sum.stream_ahead_calls) / passes,
+                    static_cast<double>(sum.stream_ahead_ns) * 1e-6 / passes,
+                    static_cast<double>(sum.stream_ahead_wait_ns) * 1e-6 / passes);
+    }
+    std::printf("columns: pass_ms = median time of the pass, gaps included; the rest per pass: uploads on the calling "
+                "thread, calls that found their layer uploaded ahead, those uploads' time, and the calls' wait for them\n");
 }
 
 }  // namespace
@@ -109,7 +191,8 @@ int main(int argc, char **argv) {
     device::DeviceOptions dopt;
     dopt.kind = o.device == "standin" ? device::Kind::kCpuStandIn : device::Kind::kCuda;
     const device::LayerShape shape{E, H, I, max_t, o.top_k};
-    dopt.budget_bytes = device::workspace_bytes(shape) + 2 * static_cast<uint64_t>(E) * device::expert_bytes(H, I);
+    // The all-resident layer, the hybrid's, and the stream buffer's two slots.
+    dopt.budget_bytes = device::workspace_bytes(shape) + 4 * static_cast<uint64_t>(E) * device::expert_bytes(H, I);
     std::shared_ptr<device::Device> dev;
     check(device::create_device(dopt, &dev), "device");
 
@@ -250,5 +333,6 @@ int main(int argc, char **argv) {
     std::printf("columns: medians per call; stream_ms = the layer's upload + device_ms, what a call above the prefill "
                 "threshold costs (stream_x > 1: streaming beats the CPU at this many tokens); h.* = the hybrid's device / "
                 "CPU busy time per call (warm-up included), hidden_%% = overlap / the shorter of the two\n");
+    if (o.stream_layers > 0) stream_pass(o, dev, shape, max_t, gate, up, down, view);
     return 0;
 }

@@ -99,6 +99,17 @@ void check(const Status &s, const char *what) {
     }
 }
 
+moe::ExpertPoolConfig pool_config(const Options &o, int64_t max_tokens, int32_t threads) {
+    moe::ExpertPoolConfig c;
+    c.n_experts = o.experts;
+    c.hidden = o.hidden;
+    c.intermediate = o.inter;
+    c.max_tokens = max_tokens;
+    c.max_top_k = o.top_k;
+    c.n_threads = threads;
+    return c;
+}
+
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
@@ -138,15 +149,8 @@ void stream_pass(const Options &o, const std::shared_ptr<device::Device> &dev, c
         std::vector<std::unique_ptr<runtime::HybridFfn>> layers;
         for (int64_t l = 0; l < o.stream_layers; ++l) {
             // A pool that is never loaded: a streamed call computes nothing on the CPU.
-            moe::ExpertPoolConfig c;
-            c.n_experts = E;
-            c.hidden = H;
-            c.intermediate = I;
-            c.max_tokens = T;
-            c.max_top_k = o.top_k;
-            c.n_threads = 1;
             std::unique_ptr<moe::ExpertPool> pool;
-            check(moe::ExpertPool::create(c, &pool), "pool");
+            check(moe::ExpertPool::create(pool_config(o, T, 1), &pool), "pool");
             std::unique_ptr<device::DeviceLayer> none;
             check(dev->create_layer(shape, &none), "device layer");
             layers.push_back(std::make_unique<runtime::HybridFfn>(std::move(pool), dev, std::move(none), T, nullptr, l));
@@ -228,15 +232,8 @@ int main(int argc, char **argv) {
         return v;
     };
     auto make_pool = [&]() {
-        moe::ExpertPoolConfig c;
-        c.n_experts = E;
-        c.hidden = H;
-        c.intermediate = I;
-        c.max_tokens = max_t;
-        c.max_top_k = o.top_k;
-        c.n_threads = o.threads;
         std::unique_ptr<moe::ExpertPool> pool;
-        check(moe::ExpertPool::create(c, &pool), "pool");
+        check(moe::ExpertPool::create(pool_config(o, max_t, o.threads), &pool), "pool");
         moe::MatrixSource g, u, d;
         check(moe::make_source(type, gate.data(), E * I, H, &g), "source");
         check(moe::make_source(type, up.data(), E * I, H, &u), "source");

@@ -194,9 +194,12 @@ public:
 
     Status reserve(int64_t max_tokens, int64_t max_rows, int64_t hidden, int64_t intermediate) override {
         KT_CU(cudaSetDevice(device_), "cudaSetDevice");
-        // The upload slots' device halves, once (the device counts them in its work buffer).
-        for (UploadSlot &slot : slots_)
-            if (!slot.staged) KT_CU(cudaMalloc(&slot.staged, slot_bytes_), "cudaMalloc upload slot");
+        {
+            // The upload slots' device halves, once (the device counts them in its work buffer).
+            std::lock_guard<std::mutex> lock(upload_mutex_);
+            for (UploadSlot &slot : slots_)
+                if (!slot.staged) KT_CU(cudaMalloc(&slot.staged, slot_bytes_), "cudaMalloc upload slot");
+        }
         if (max_tokens <= T_ && max_rows <= R_ && hidden <= H_ && intermediate <= I_) return Status::ok();
         KT_CU(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
         free_buffers();
@@ -365,9 +368,9 @@ private:
         KT_RETURN_IF(host_row_bytes <= 0 || static_cast<uint64_t>(host_row_bytes) > slot_bytes_, KT_STATUS_UNSUPPORTED,
                      "CUDA upload: a row of %lld bytes does not fit an upload slot of %llu bytes",
                      static_cast<long long>(host_row_bytes), static_cast<unsigned long long>(slot_bytes_));
+        std::lock_guard<std::mutex> lock(upload_mutex_);  // the slots are the engine's, layers may load in parallel
         KT_RETURN_IF(!slots_[0].staged || !slots_[1].staged, KT_STATUS_INTERNAL,
                      "CUDA upload before the engine's first reserve()");
-        std::lock_guard<std::mutex> lock(upload_mutex_);  // the slots are the engine's, layers may load in parallel
         KT_CU(cudaSetDevice(device_), "cudaSetDevice");
         const Status queued = queue_chunks(rows, static_cast<int64_t>(slot_bytes_) / host_row_bytes, fill, enqueue);
         // Also after a failure: nothing queued may still read a slot the next upload fills.

@@ -195,7 +195,7 @@ Status setup_device(kt_model *model, const kt_model_params &p) {
         ++request.n_dense;
     }
     request.non_expert_bytes = device::workspace_bytes(covering) + request.dense_bytes;
-    // Two slots when there is a next layer to upload while one computes.
+    // Two slots when there is a next MoE layer, whose experts go up while its attention runs.
     const int32_t stream_slots = layers.size() > 1 ? 2 : 1;
     if (p.device_prefill_threshold > 0) {
         request.stream_bytes = static_cast<uint64_t>(stream_slots) * runtime::StreamBuffer::bytes_for(routed);

@@ -25,10 +25,20 @@ float int8_row_scale(const float *w, int64_t n) {
     return amax / 127.0f;
 }
 
-int8_t quantize_int8(float w, float scale) {
+namespace {
+
+// round_even(w / scale) clamped to [lo, hi]. A weight that is not a number (a broken or hostile file) gives 0, as
+// does inf / inf; an infinite one saturates. Converting NaN to an integer would be undefined.
+int8_t quantize_clamped(float w, float scale, float lo, float hi) {
     if (!(scale > 0.0f)) return 0;
-    return static_cast<int8_t>(std::clamp(std::nearbyint(w / scale), -127.0f, 127.0f));
+    const float q = std::nearbyint(w / scale);
+    if (std::isnan(q)) return 0;
+    return static_cast<int8_t>(std::clamp(q, lo, hi));
 }
+
+}  // namespace
+
+int8_t quantize_int8(float w, float scale) { return quantize_clamped(w, scale, -127.0f, 127.0f); }
 
 float int4_group_scale(const float *w, int64_t n) {
     float amax = 0.0f;
@@ -36,10 +46,7 @@ float int4_group_scale(const float *w, int64_t n) {
     return amax / 7.0f;
 }
 
-int8_t quantize_int4(float w, float scale) {
-    if (!(scale > 0.0f)) return 0;
-    return static_cast<int8_t>(std::clamp(std::nearbyint(w / scale), -8.0f, 7.0f));
-}
+int8_t quantize_int4(float w, float scale) { return quantize_clamped(w, scale, -8.0f, 7.0f); }
 
 // ------------------------------------------------------------------------------------------------------------
 // Sources and specs

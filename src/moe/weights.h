@@ -73,6 +73,7 @@ Status pack_slice(const MatrixSource &src, const PackSpec &spec, int64_t r0, int
 //   INT8: s = amax(row) / 127, q = clamp(round_even(w / s), -127, 127) (s = 0: q = 0).
 //   INT4: per group, s = amax(group) / 7, q = clamp(round_even(w / s), -8, 7).
 //   Q8_0 (for GGUF types without a kernel): per 32, d = f16(amax / 127), q = clamp(round_even(w / d), -127, 127).
+// A NaN weight, or one whose w / s is NaN (inf / inf), quantizes to 0; an infinite one to the end of the range.
 float int8_row_scale(const float *w, int64_t n);
 int8_t quantize_int8(float w, float scale);
 float int4_group_scale(const float *w, int64_t n);

@@ -141,3 +141,42 @@ TEST_CASE("packed linear: each thread's region of panels, and the chunks taken f
         }
     }
 }
+
+TEST_CASE("packed linear: weights that are not finite quantize without undefined behaviour (NaN to 0, inf saturated)") {
+    // Found by the model fuzz target: a NaN weight reached the int8 conversion (undefined under UBSan).
+    const float nan = std::nanf(""), inf = HUGE_VALF;
+    CHECK(moe::quantize_int8(nan, 0.5f) == 0);
+    CHECK(moe::quantize_int4(nan, 0.5f) == 0);
+    CHECK(moe::quantize_int8(inf, 0.5f) == 127);
+    CHECK(moe::quantize_int8(-inf, 0.5f) == -127);
+    CHECK(moe::quantize_int4(-inf, 0.5f) == -8);
+    CHECK(moe::quantize_int8(inf, inf) == 0);  // inf / inf
+    CHECK(moe::quantize_int8(1.0f, moe::int8_row_scale(&inf, 1)) == 0);
+    CHECK(moe::quantize_int8(63.5f, 0.5f) == 127);
+
+    // Packed as INT8 and INT4, F32 rows with NaN and inf weights: the finite rows come out as they do alone.
+    const int64_t N = 4, K = 256;
+    std::vector<float> w = test::random_normal(static_cast<size_t>(N * K), 21);
+    w[1 * K + 3] = nan;
+    w[2 * K + 7] = inf;
+    w[3 * K + 0] = -inf;
+    w[3 * K + 40] = nan;
+    const cpu::KernelSet &ks = cpu::best_kernel_set(cpu::kernel_level());
+    const std::vector<float> x = test::random_normal(static_cast<size_t>(K), 22);
+    for (moe::TargetFormat format : {moe::TargetFormat::kInt8, moe::TargetFormat::kInt4}) {
+        moe::MatrixSource all, first;
+        REQUIRE(moe::make_source(KT_TYPE_F32, w.data(), N, K, &all).is_ok());
+        REQUIRE(moe::make_source(KT_TYPE_F32, w.data(), 1, K, &first).is_ok());
+        std::unique_ptr<moe::PackedLinear> lin_all, lin_first;
+        const Status created = moe::PackedLinear::create(all, format, nullptr, ks, nullptr, &lin_all);
+        INFO(created.message());
+        REQUIRE(created.is_ok());
+        REQUIRE(moe::PackedLinear::create(first, format, nullptr, ks, nullptr, &lin_first).is_ok());
+        moe::PackedLinear::Workspace ws;
+        std::vector<float> y_all(static_cast<size_t>(N)), y_first(1);
+        REQUIRE(lin_all->forward(x.data(), 1, y_all.data(), N, &ws, nullptr).is_ok());
+        REQUIRE(lin_first->forward(x.data(), 1, y_first.data(), 1, &ws, nullptr).is_ok());
+        CHECK(y_all[0] == y_first[0]);
+        CHECK(std::isfinite(y_all[1]));  // its NaN weight counts as 0
+    }
+}

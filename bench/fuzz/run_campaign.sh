@@ -5,6 +5,9 @@
 #   bench/fuzz/run_campaign.sh run DIR TARGET RUNS [MAX_LEN] [OUT]     RUNS: executions, or seconds as "5400s"
 #   bench/fuzz/run_campaign.sh replay ASAN_DIR TARGET OUT
 #
+# KT_FUZZ_TIMEOUT (seconds, default 60): libFuzzer's -timeout, which counts wall time. Raise it for a campaign that
+# runs at a low priority beside builds, where a starved input can take minutes without hanging.
+#
 # Why two builds: ASan costs the targets 2-10x, and a campaign is about executions. The campaign build keeps UBSan
 # (cheap; integer overflow and bad casts are what the template interpreter and the hyperparameter checks are about)
 # and libFuzzer's own checks (crashes, hangs over -timeout, RSS over -rss_limit_mb). Afterwards `replay` runs every
@@ -39,7 +42,7 @@ run)
     [[ "$runs" == *s ]] && limit_flag=(-max_total_time="${runs%s}")
     start=$(date +%s)
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 "$dir/bin/kt_fuzz_$target" "${limit_flag[@]}" "${len_flag[@]}" \
-        -timeout=60 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$out/" "$out/corpus" "$seed" \
+        -timeout="${KT_FUZZ_TIMEOUT:-60}" -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$out/" "$out/corpus" "$seed" \
         > "$out/fuzz.log" 2>&1 || { echo "$target: the fuzzer stopped with a finding, see $out/fuzz.log"; exit 1; }
     seconds=$(( $(date +%s) - start ))
     stat() { awk -v k="stat::$1:" '$1 == k {print $2}' "$out/fuzz.log"; }

@@ -151,11 +151,15 @@ struct Avx2 {
         return _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(w, 16)),
                                _mm256_castsi256_ps(_mm256_slli_epi32(a, 16)), acc);
     }
-    template <int kUMax, bool kEmbed = false>
-    static VI dot4_bcst(VI acc, VI u, const void *p) { return dot4<kUMax>(acc, u, bcst32(p)); }
+    template <int kUMax, bool kEmbed = false, int kOffset = 0>
+    static VI dot4_bcst(VI acc, VI u, const void *p) {
+        return dot4<kUMax>(acc, u, bcst32(static_cast<const uint8_t *>(p) + kOffset));
+    }
     static VF dot2_bf16_bcst(VF acc, VI w, const void *p) { return dot2_bf16(acc, w, bcst32(p)); }
-    // Brings the cache line at p into L2 ahead of use.
-    static void prefetch(const void *p) { _mm_prefetch(static_cast<const char *>(p), _MM_HINT_T1); }
+    // Brings the cache line at p into L2 ahead of use (always_inline: see Avx512::prefetch).
+    __attribute__((always_inline)) static void prefetch(const void *p) {
+        _mm_prefetch(static_cast<const char *>(p), _MM_HINT_T1);
+    }
 };
 
 }  // namespace kt::cpu::simd

@@ -66,22 +66,22 @@ struct Avx512 {
         }
     }
 
-    // dot4 against the 4 bytes at p broadcast to every lane. kEmbed: fold the broadcast into the instruction as its
-    // {1to16} memory operand. Compilers otherwise load a broadcast that feeds several instructions into a register
-    // once, and that vpbroadcastd competes with vpdpbusd for issue slots: in the INT8 kernel (no scale groups)
-    // folding lifts the in-cache rate from 65% to 79% of the vpdpbusd peak on Zen 5 (bench_gemm); the grouped
-    // kernels fold it only in blocks of more than 4 rows (kernels_impl.h says what it measured). The memory is passed
-    // as an address register, not an "m" operand: __m512i may alias anything, so an "m" operand makes GCC store every
-    // accumulator to the stack before each instruction. This is sound because kernels only read activations, which
-    // nothing writes while a kernel runs (kernels are called through function pointers, never inlined into code that
-    // writes activations).
-    template <int kUMax, bool kEmbed = false>
+    // dot4 against the 4 bytes at p + kOffset broadcast to every lane. kEmbed: fold the broadcast into the
+    // instruction as its {1to16} memory operand. Compilers otherwise load a broadcast that feeds several instructions
+    // into a register once, and that vpbroadcastd competes with vpdpbusd for issue slots: in the INT8 kernel (no
+    // scale groups) folding lifts the in-cache rate from 65% to 79% of the vpdpbusd peak on Zen 5 (bench_gemm); the
+    // grouped kernels fold it only in blocks of more than 4 rows (kernels_impl.h says what it measured). The memory
+    // is passed as an address register and a constant displacement (kOffset, for the kernels' unrolled steps), not
+    // an "m" operand: __m512i may alias anything, so an "m" operand makes GCC store every accumulator to the stack
+    // before each instruction. This is sound because kernels only read activations, which nothing writes while a
+    // kernel runs (kernels are called through function pointers, never inlined into code that writes activations).
+    template <int kUMax, bool kEmbed = false, int kOffset = 0>
     static VI dot4_bcst(VI acc, VI u, const void *p) {
         if constexpr (kVnni && kEmbed) {
-            __asm__("vpdpbusd (%2)%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "r"(p));
+            __asm__("vpdpbusd %c3(%2)%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "r"(p), "i"(kOffset));
             return acc;
         } else {
-            return dot4<kUMax>(acc, u, bcst32(p));
+            return dot4<kUMax>(acc, u, bcst32(static_cast<const uint8_t *>(p) + kOffset));
         }
     }
 
@@ -187,7 +187,10 @@ struct Avx512 {
     // an L1 prefetch holds one of the core's few L1 miss buffers, which the demand loads need). Zen 4 (32 KB L1,
     // 2 threads, bench/results/zen4.md): into L2, the one-token pool's median over 4 alternating rounds read
     // 15.2 -> 20.9 GB/s for Q4_K, 14.5 -> 24.1 for INT8, 15.4 -> 18.9 for INT4, and kt-bench tg128 went 34.1 -> 41.1 t/s.
-    static void prefetch(const void *p) {
+    // always_inline: a function that only prefetches has no effect the compiler must keep, and GCC 12, calling it
+    // from the kernels' always_inline steps, deleted the calls (not one prefetch was left in the integer kernels).
+    // Inlined first, the prefetches stay.
+    __attribute__((always_inline)) static void prefetch(const void *p) {
         if (g_avx512_prefetch_l2)
             _mm_prefetch(static_cast<const char *>(p), _MM_HINT_T1);
         else

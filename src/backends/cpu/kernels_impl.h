@@ -11,10 +11,16 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/packed.h"
 #include "core/fp16.h"
+
+// For the small lambdas of the kernels' unrolled loops: inlined before anything else, the accumulators they capture
+// stay in registers.
+#define KT_ALWAYS_INLINE __attribute__((always_inline))
 
 namespace kt::cpu::impl {
 
@@ -72,9 +78,29 @@ struct Fmt<PackedType::kMxfp4> {
     static constexpr int kUMax = 24;
 };
 
-// Bytes of high bits per 1 KiB tile (packed.h): Q5_K one bit per weight, Q6_K two.
+// Bytes of high bits per 1 KiB tile (packed.h): Q5_K one bit per weight, Q6_K two; and per tile row.
 template <PackedType T>
 inline constexpr int64_t kHbitsPerTile = T == PackedType::kQ5_K ? 256 : T == PackedType::kQ6_K ? 512 : 0;
+template <PackedType T>
+inline constexpr int64_t kHbitsPerRow = kHbitsPerTile<T> / 16;
+
+// Whether the integer GEMM may unroll the K steps of a row block (int_block says where it does, and why). Sanitizer
+// builds (KT_SANITIZE defines KT_KERNELS_ROLLED) loop every block: with gcc 12's ASan + UBSan at -O1, unrolling took
+// the AVX-512 VNNI kernels' translation unit from 31 s to 269 s to compile (59 s looped), for the same step code
+// reading the same addresses.
+#ifdef KT_KERNELS_ROLLED
+inline constexpr bool kUnrollKernelSteps = false;
+#else
+inline constexpr bool kUnrollKernelSteps = true;
+#endif
+
+// Calls f(std::integral_constant<int, I>{}) for I = 0, 1, ..., N - 1, unrolled: in each call the index is a
+// constant, so arrays indexed by it stay in registers and addresses derived from it become displacements.
+template <int N, class F>
+KT_ALWAYS_INLINE inline void static_for(F &&f) {
+    [&]<int... I>(std::integer_sequence<int, I...>) KT_ALWAYS_INLINE { (f(std::integral_constant<int, I>{}), ...); }(
+        std::make_integer_sequence<int, N>{});
+}
 
 template <class S, int kMR>
 struct Kernels {
@@ -98,37 +124,6 @@ struct Kernels {
         ks->unpack_panel_s8 = &unpack_panel_s8;
     }
 
-    // The next panel's share of the side arrays (high bits, scales, mins): each is contiguous per panel (packed.h), and
-    // the kernel prefetches it while it computes the current panel, as it does the tiles. Without this the hardware
-    // prefetcher alone had to follow up to six concurrent streams, and a streaming Q6_K GEMV ran at 60 % of the rate
-    // it reaches with it.
-    struct SidePrefetch {
-        static constexpr int kMax = 5;
-        const uint8_t *next[kMax] = {};
-        int64_t lines[kMax] = {};  // 64-byte lines of each
-        int n = 0;
-
-        void add(const uint8_t *p, int64_t bytes) {
-            next[n] = p;
-            lines[n++] = (bytes + 63) / 64;
-        }
-    };
-
-    template <PackedType T>
-    static SidePrefetch side_prefetch(const PackedMatrix &w, int64_t next_panel) {
-        const PackedLayout &L = w.layout;
-        SidePrefetch sp;
-        auto add = [&](size_t offset, int64_t per_panel) {
-            if (offset != 0) sp.add(w.data + offset + next_panel * per_panel, per_panel);
-        };
-        add(L.hbits, L.tiles_per_half * 2 * kHbitsPerTile<T>);
-        if constexpr (kGscaleBytes<T> > 0) add(L.gscale, L.groups * kPanel * kGscaleBytes<T>);
-        add(L.gmin, L.groups * kPanel);
-        add(L.sscale, L.superblocks * kPanel * 2);
-        add(L.smin, L.superblocks * kPanel * 2);
-        return sp;
-    }
-
     // The shares [n * i / parts, n * (i + 1) / parts) of n items over `parts`, for i = first, first + 1, ... in turn,
     // stepped without a division: a division per tile and side array was a visible part of a one-token GEMV.
     struct EvenShares {
@@ -142,6 +137,93 @@ struct Kernels {
             rem = rem + r >= parts ? rem + r - parts : rem + r;
         }
     };
+
+    // What the integer GEMM prefetches, tile by tile. int_block calls at_tile once per tile, before the tile's steps,
+    // so that the steps hold no prefetch and no condition: issued step by step with their conditions, the prefetches
+    // of a one-row GEMV in cache took more instructions than its dot products.
+    //  - kNextPanel, for a panel that several row blocks read (prefill): while the panel is computed, each row block
+    //    prefetches a share of the next panel's tiles (or of the caller's next weights) and side arrays, so that
+    //    the next panel is in cache when its first row block starts.
+    //  - kStream, for a panel that one row block reads once (decode): the tiles and each side array are stored
+    //    panel after panel (packed.h), so each is one linear stream, which the GEMV reads at its own rate. Every
+    //    stream is prefetched the same time ahead: kAheadTiles tiles of the tile stream, and the same fraction of a
+    //    panel of each side array (left to the hardware prefetcher, the side arrays made up to six concurrent
+    //    streams, and a streaming Q6_K GEMV ran at 60 % of its rate). Past the call's last panel the tile stream
+    //    goes on into the caller's next weights (prefetch_next). Decode used to prefetch the next panel too, but a
+    //    panel of K = 2048 is 36 KB in Q4_K and 53 KB in Q6_K, which filled the 48 KB L1 of Zen 5 while the current
+    //    panel was read. Zen 5, one core, one-token GEMV from memory (bench_gemm BM_gemv_stream, median of 6 paired
+    //    rounds, stream / next panel): INT8 1.40, Q8_0 1.73, Q4_K 1.31, Q6_K 0.93 (another series 0.74); 2 or 8
+    //    tiles ahead instead of 4 were within the noise, except Q4_K at 2 (-16 %).
+    struct TilePrefetch {
+        enum class Mode { kNone, kNextPanel, kStream };
+        static constexpr int kMax = 6;
+        static constexpr int64_t kAheadTiles = 4;
+        Mode mode = Mode::kNone;
+        // kNextPanel: tile (s, h) of the next panel at next + (s * 2 + h) * kTileBytes, for tiles s in [lo, hi).
+        // kStream: where the tile stream continues past `end` (the caller's next weights), or nullptr.
+        const uint8_t *next = nullptr;
+        int64_t lo = 0, hi = 0;
+        // The streams: kStream all of them, the tiles first; kNextPanel the next panel's side arrays.
+        // base: panel 0's bytes (kNextPanel: the next panel's); per_panel: its bytes per panel; end: the bytes of the
+        // call's panels (kStream); ahead: how many bytes ahead (kStream); share: tile s's share of a panel, from
+        // tile lo (kNextPanel: in lines).
+        int n = 0;
+        const uint8_t *base[kMax] = {};
+        int64_t per_panel[kMax] = {}, end[kMax] = {}, ahead[kMax] = {};
+        EvenShares share[kMax];
+
+        void add(const uint8_t *b, int64_t bytes_per_panel) {
+            base[n] = b;
+            per_panel[n++] = bytes_per_panel;
+        }
+    };
+
+    // Where each stream of panel p has been prefetched to, stepped tile by tile (int_block's copy of the plan).
+    struct PrefetchCursor {
+        EvenShares share[TilePrefetch::kMax];
+        int64_t done[TilePrefetch::kMax];  // kStream: the next line to prefetch
+
+        PrefetchCursor(const TilePrefetch &tp, int64_t p) {
+            for (int i = 0; i < tp.n; ++i) {
+                share[i] = tp.share[i];
+                done[i] = (p * tp.per_panel[i] + tp.ahead[i]) / 64;
+            }
+        }
+
+        void at_tile(const TilePrefetch &tp, int64_t p, int64_t s) {
+            if (tp.mode == TilePrefetch::Mode::kStream) {
+                for (int i = 0; i < tp.n; ++i) {
+                    share[i].next();  // share[i].lo: the bytes of the panel read once tile s is done
+                    const int64_t to = (p * tp.per_panel[i] + share[i].lo + tp.ahead[i] + 63) / 64;
+                    const int64_t end_line = (tp.end[i] + 63) / 64, in_end = std::min(to, end_line);
+                    for (const uint8_t *q = tp.base[i] + done[i] * 64; q < tp.base[i] + in_end * 64; q += 64) S::prefetch(q);
+                    if (i == 0 && tp.next)  // the tiles go on into the caller's next weights
+                        for (int64_t l = std::max(done[i], end_line); l < to; ++l) S::prefetch(tp.next + (l - end_line) * 64);
+                    done[i] = std::max(done[i], to);
+                }
+            } else if (tp.mode == TilePrefetch::Mode::kNextPanel && s >= tp.lo && s < tp.hi) {
+                for (int64_t l = 0; l < 2 * kTileBytes / 64; ++l) S::prefetch(tp.next + s * 2 * kTileBytes + l * 64);
+                for (int i = 0; i < tp.n; ++i) {
+                    for (int64_t l = 0; l < share[i].count(); ++l) S::prefetch(tp.base[i] + (share[i].lo + l) * 64);
+                    share[i].next();
+                }
+            }
+        }
+    };
+
+    // The streams of panel p's side arrays: high bits, scales, mins.
+    template <PackedType T>
+    static void add_side_streams(const PackedMatrix &w, int64_t p, TilePrefetch *tp) {
+        const PackedLayout &L = w.layout;
+        auto add = [&](size_t offset, int64_t per_panel) {
+            if (offset != 0) tp->add(w.data + offset + p * per_panel, per_panel);
+        };
+        add(L.hbits, L.tiles_per_half * 2 * kHbitsPerTile<T>);
+        if constexpr (kGscaleBytes<T> > 0) add(L.gscale, L.groups * kPanel * kGscaleBytes<T>);
+        add(L.gmin, L.groups * kPanel);
+        add(L.sscale, L.superblocks * kPanel * 2);
+        add(L.smin, L.superblocks * kPanel * 2);
+    }
 
     struct VecPos {
         int half;      // which half panel
@@ -247,12 +329,10 @@ struct Kernels {
 
     // One block: rows [0, mr) x the kNV column vectors starting at panel column c0 of panel p, whole K.
     // kKpg: K steps of 4 per scale group (4, 8, 16, 32), or 0 for one group over the whole K (kInt8).
-    // pf: the panel to prefetch while this one is computed (tile (s, h) at pf + (s * 2 + h) * 1024), or nullptr;
-    // only its tiles s in [pf_lo, pf_hi), so that a panel's row blocks share the prefetching of the next panel.
+    // prefetch: what to prefetch while this block is computed (TilePrefetch).
     template <PackedType T, int kKpg, int mr>
     static void int_block(const PackedMatrix &w, int64_t p, int c0, const int8_t *const *a, const int32_t *const *sums,
-                          const float *a_scale, float *const *c, int valid_cols, const uint8_t *pf, int64_t pf_lo,
-                          int64_t pf_hi, const SidePrefetch &side) {
+                          const float *a_scale, float *const *c, int valid_cols, const TilePrefetch &prefetch) {
         constexpr int kParts = Fmt<T>::kNibble ? 2 : 1;
         constexpr int kRowsPerFlush = (kKpg == 0 || kKpg > 16) ? 16 : kKpg;
         constexpr int kUMax = Fmt<T>::kUMax;
@@ -272,6 +352,15 @@ struct Kernels {
         // INT4 +30/+32 %, IQ4_XS +26 %; 1 row 1-9 % slower, 4 rows Q6_K -13 %, Q8_0 -15 %.
         constexpr bool kEmbedBroadcast = kKpg == 0 || mr > 4;
         constexpr int kSplit = S::kLatencyBoundDot && mr < 3 && !kShortGroups ? 4 / mr : 1;
+        // The K steps of a row block unrolled (static_for) or looped. Unrolled, each step reads its tile row and its
+        // activations at constant displacements; looped, GCC 12 kept a strength-reduced offset per activation row and
+        // step, spilled to the stack and reloaded before each broadcast. Zen 5, in cache (bench_gemm, best of 2
+        // alternating rounds, one row / four rows, prefetching as below): Q4_K 146 -> 166 / 345 -> 441 GOP/s, Q5_K,
+        // Q4_0, IQ4_XS and INT4 +12 to +53 %, Q6_K +13 to +32 %. Blocks of 5 or 6 rows lost to it (INT8, INT4 and Q8_0
+        // by 5-10 %: a loop of 12 dot products a step does not need it) except Q6_K (+7 %); and the 16-step groups of
+        // INT8 and INT4 g128 lost 8-27 % at four rows where dot4 takes three instructions (no VNNI).
+        constexpr bool kUnrollSteps = kUnrollKernelSteps && (mr == 1 || T == PackedType::kQ6_K ||
+                                                             (mr <= 4 && (S::kLatencyBoundDot || kRowsPerFlush <= 8)));
         const PackedLayout &L = w.layout;
         const VecPos vp[kNV] = {vec_pos(c0, 0), vec_pos(c0, 1)};
         VI table = S::zero();
@@ -319,85 +408,76 @@ struct Kernels {
         };
 
         const int64_t tile_k4 = Fmt<T>::kNibble ? 32 : 16;  // K steps of 4 per tile
-        // Tile s prefetches lines [lines * s / tiles, lines * (s + 1) / tiles) of each side array.
-        EvenShares side_share[SidePrefetch::kMax];
-        for (int i = 0; pf && i < side.n; ++i) side_share[i] = EvenShares(side.lines[i], L.tiles_per_half, pf_lo);
+        PrefetchCursor prefetched(prefetch, p);
         int64_t g = 0;
         for (int64_t s = 0; s < L.tiles_per_half; ++s) {
             const uint8_t *tb[kNV];
-            const uint8_t *hb[kNV] = {nullptr, nullptr};
-            const uint8_t *pb[kNV] = {nullptr, nullptr};
-            const bool prefetching = pf && s >= pf_lo && s < pf_hi;
-            constexpr int kChunks = kParts * 16 / kRowsPerFlush;  // row blocks per tile
-            int64_t side_lo[SidePrefetch::kMax], side_count[SidePrefetch::kMax];
-            for (int i = 0; prefetching && i < side.n; ++i) {
-                side_lo[i] = side_share[i].lo;
-                side_count[i] = side_share[i].count();
-                side_share[i].next();
-            }
+            const uint8_t *hb[kNV] = {w.data, w.data};  // Q5_K and Q6_K: this tile's high bits
             for (int v = 0; v < kNV; ++v) {
                 tb[v] = w.tile(p, s, vp[v].half) + vp[v].byte_off;
-                if (prefetching) pb[v] = pf + (s * 2 + vp[v].half) * kTileBytes + vp[v].byte_off;
                 const int64_t tile_index = (p * L.tiles_per_half + s) * 2 + vp[v].half;
                 if constexpr (T == PackedType::kQ5_K) hb[v] = w.data + L.hbits + tile_index * 256;
                 if constexpr (T == PackedType::kQ6_K) hb[v] = w.data + L.hbits + tile_index * 512;
             }
-            for (int part = 0; part < kParts; ++part) {
-                for (int r0 = 0; r0 < 16; r0 += kRowsPerFlush) {
-                    if (prefetching) {
-                        // This tile's share of each side array, spread over its row blocks (here, outside the
-                        // unrolled loop below, so that its accumulators keep their registers).
-                        const int chunk = (part * 16 + r0) / kRowsPerFlush;
-                        for (int i = 0; i < side.n; ++i)
-                            for (int64_t l = side_lo[i] + side_count[i] * chunk / kChunks;
-                                 l < side_lo[i] + side_count[i] * (chunk + 1) / kChunks; ++l)
-                                S::prefetch(side.next[i] + l * 64);
+            prefetched.at_tile(prefetch, p, s);
+            // The two parts of a nibble tile (low and high nibbles), each its row blocks of kRowsPerFlush steps.
+            bool stop = false;
+            auto tile_part = [&](auto part_c) KT_ALWAYS_INLINE {
+                const int part = part_c;
+                for (int r0 = 0; r0 < 16 && !stop; r0 += kRowsPerFlush) {
+                    const int8_t *ab[mr];
+                    for (int m = 0; m < mr; ++m) ab[m] = a[m] + 4 * (s * tile_k4 + part * 16 + r0);
+                    const uint8_t *rows[kNV], *hrows[kNV];
+                    for (int v = 0; v < kNV; ++v) {
+                        rows[v] = tb[v] + r0 * kTileRowBytes;
+                        hrows[v] = hb[v] + r0 * kHbitsPerRow<T>;
                     }
-                    // The inner loop has a small constant trip count, and acci's indexes are constants once it is
-                    // unrolled (or kSplit is 1), so the accumulators stay in registers (no lambda may capture them).
-                    // GCC 12 keeps it rolled for kSplit = 1. Forcing the unroll (Zen 5, bench_gemm in cache) helped
-                    // 4 rows of Q4_K, Q5_K and INT4 by 21-54 % but cost Q6_K 7-13 % and Q8_0 2-9 %: not done, it
-                    // wants a choice per format (bench/results/zen5.md).
-                    for (int rb = 0; rb < kRowsPerFlush; rb += kSplit) {
-                        for (int j = 0; j < kSplit; ++j) {
-                            const int r = r0 + rb + j;
-                            const int64_t kappa = s * tile_k4 + part * 16 + r;
-                            VI u[kNV];
+                    // One K step: r is a constant where the steps are unrolled, an int where they loop; j, the
+                    // accumulator chain, is always a constant.
+                    auto step = [&](auto r_c, auto j_c) KT_ALWAYS_INLINE {
+                        const int r = r_c;
+                        constexpr int j = j_c;
+                        VI u[kNV];
+                        for (int v = 0; v < kNV; ++v)
+                            u[v] = decode<T>(rows[v] + r * kTileRowBytes, part, hrows[v] + r * kHbitsPerRow<T>, vp[v].vi,
+                                             table);
+                        for (int m = 0; m < mr; ++m)
                             for (int v = 0; v < kNV; ++v) {
-                                // One tile row per step: a nibble tile is read twice (both parts), so each part
-                                // prefetches one half's rows; prefetching both in both parts issued every line twice
-                                // and measured 20 % slower in a streaming GEMV.
-                                if (prefetching && (kW == 16 || vp[v].vi == 0) &&
-                                    (kParts == 1 || part == (kW == 16 ? v : 0)))
-                                    S::prefetch(pb[v] + r * kTileRowBytes);
+                                if constexpr (kSigned<T>)
+                                    acci[m][v][j] = S::dot4s(acci[m][v][j], u[v], S::bcst32(ab[m] + 4 * r));
+                                else if constexpr (std::is_integral_v<decltype(r_c)>)
+                                    acci[m][v][j] = S::template dot4_bcst<kUMax, kEmbedBroadcast>(acci[m][v][j], u[v],
+                                                                                                  ab[m] + 4 * r);
+                                else
+                                    acci[m][v][j] = S::template dot4_bcst<kUMax, kEmbedBroadcast, 4 * decltype(r_c)::value>(
+                                        acci[m][v][j], u[v], ab[m]);
                             }
-                            for (int v = 0; v < kNV; ++v) {
-                                const uint8_t *row_hb = nullptr;
-                                if constexpr (T == PackedType::kQ5_K) row_hb = hb[v] + r * 16;
-                                if constexpr (T == PackedType::kQ6_K) row_hb = hb[v] + r * 32;
-                                u[v] = decode<T>(tb[v] + r * kTileRowBytes, part, row_hb, vp[v].vi, table);
-                            }
-                            for (int m = 0; m < mr; ++m)
-                                for (int v = 0; v < kNV; ++v)
-                                    acci[m][v][j] = kSigned<T> ? S::dot4s(acci[m][v][j], u[v], S::bcst32(a[m] + 4 * kappa))
-                                                               : S::template dot4_bcst<kUMax, kEmbedBroadcast>(
-                                                                     acci[m][v][j], u[v], a[m] + 4 * kappa);
-                        }
+                    };
+                    if constexpr (kUnrollSteps) {
+                        static_for<kRowsPerFlush>([&](auto r_c) KT_ALWAYS_INLINE {
+                            step(r_c, std::integral_constant<int, r_c % kSplit>{});
+                        });
+                    } else {
+                        for (int rb = 0; rb < kRowsPerFlush; rb += kSplit)
+                            static_for<kSplit>([&](auto j_c) KT_ALWAYS_INLINE { step(rb + j_c, j_c); });
                     }
                     if constexpr (kKpg != 0 && kKpg <= 16) {
                         flush(g);
-                        if (++g == L.groups) goto done;
+                        if (++g == L.groups) stop = true;
                     }
                 }
-                if constexpr (kKpg == 32) {
-                    if (part == 1) {
-                        flush(g);
-                        if (++g == L.groups) goto done;
-                    }
+                if (kKpg == 32 && part == 1) {
+                    flush(g);
+                    if (++g == L.groups) stop = true;
                 }
+            };
+            if constexpr (kUnrollKernelSteps) {
+                static_for<kParts>(tile_part);
+            } else {
+                for (int part = 0; part < kParts; ++part) tile_part(part);
             }
+            if (stop) break;
         }
-    done: __attribute__((unused));
         for (int m = 0; m < mr; ++m) {
             const VF as = S::fset1(a_scale[m]);
             for (int v = 0; v < kNV; ++v) {
@@ -418,6 +498,19 @@ struct Kernels {
     static void int_gemm_typed(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t n_begin, int64_t n_end,
                                float *c, int64_t ldc) {
         const int64_t p_end = (n_end + kPanel - 1) / kPanel;
+        const int64_t blocks = (m + kMR - 1) / kMR, tiles = w.layout.tiles_per_half;
+        TilePrefetch stream;  // a one-pass call's streams (blocks == 1)
+        if (blocks == 1) {
+            stream.mode = TilePrefetch::Mode::kStream;
+            stream.next = a.prefetch_next;
+            stream.add(w.data, tiles * 2 * kTileBytes);
+            add_side_streams<T>(w, 0, &stream);
+            for (int i = 0; i < stream.n; ++i) {
+                stream.end[i] = p_end * stream.per_panel[i];
+                stream.ahead[i] = TilePrefetch::kAheadTiles * stream.per_panel[i] / tiles;
+                stream.share[i] = EvenShares(stream.per_panel[i], tiles, 0);
+            }
+        }
         for (int64_t p = n_begin / kPanel; p < p_end; ++p) {
             for (int c0 = 0; c0 < kPanel; c0 += kCols) {
                 const int valid = static_cast<int>(std::min<int64_t>(kPanel, n_end - p * kPanel)) - c0;
@@ -435,12 +528,24 @@ struct Kernels {
                         sc[i] = a.scale[row];
                         cp[i] = c + (i0 + i) * ldc + (p * kPanel + c0 - n_begin);
                     }
-                    // The row blocks of a panel prefetch the next panel (or the caller's next weights) between them,
-                    // each a share of its tiles, so the stream is spread over the panel's whole compute.
-                    const uint8_t *pf = p + 1 < p_end ? w.tile(p + 1, 0, 0) : a.prefetch_next;
-                    const SidePrefetch side = p + 1 < p_end ? side_prefetch<T>(w, p + 1) : SidePrefetch{};
-                    const int64_t blocks = (m + kMR - 1) / kMR, bi = i0 / kMR, tiles = w.layout.tiles_per_half;
-                    dispatch_mr<T, kKpg>(mr, w, p, c0, ap, sp, sc, cp, valid, pf, tiles * bi / blocks, tiles * (bi + 1) / blocks, side);
+                    // The panel's first column block prefetches for the whole panel (an AVX2 block reads half of it):
+                    // the stream ahead in a one-pass call (kStream), or, where several row blocks reuse the panel,
+                    // a share of the next panel per row block (kNextPanel).
+                    TilePrefetch next_panel;
+                    const TilePrefetch *prefetch = &next_panel;  // kNone unless filled in
+                    if (c0 == 0 && blocks == 1) {
+                        prefetch = &stream;
+                    } else if (c0 == 0 && (p + 1 < p_end || a.prefetch_next)) {
+                        const int64_t bi = i0 / kMR;
+                        next_panel.mode = TilePrefetch::Mode::kNextPanel;
+                        next_panel.next = p + 1 < p_end ? w.tile(p + 1, 0, 0) : a.prefetch_next;
+                        next_panel.lo = tiles * bi / blocks;
+                        next_panel.hi = tiles * (bi + 1) / blocks;
+                        if (p + 1 < p_end) add_side_streams<T>(w, p + 1, &next_panel);
+                        for (int i = 0; i < next_panel.n; ++i)
+                            next_panel.share[i] = EvenShares((next_panel.per_panel[i] + 63) / 64, tiles, next_panel.lo);
+                    }
+                    dispatch_mr<T, kKpg>(mr, w, p, c0, ap, sp, sc, cp, valid, *prefetch);
                 }
             }
         }
@@ -449,11 +554,11 @@ struct Kernels {
     template <PackedType T, int kKpg, int mr = kMR>
     static void dispatch_mr(int n, const PackedMatrix &w, int64_t p, int c0, const int8_t *const *a,
                             const int32_t *const *sums, const float *a_scale, float *const *c, int valid,
-                            const uint8_t *pf, int64_t pf_lo, int64_t pf_hi, const SidePrefetch &side) {
+                            const TilePrefetch &prefetch) {
         if constexpr (mr > 1) {
-            if (n < mr) return dispatch_mr<T, kKpg, mr - 1>(n, w, p, c0, a, sums, a_scale, c, valid, pf, pf_lo, pf_hi, side);
+            if (n < mr) return dispatch_mr<T, kKpg, mr - 1>(n, w, p, c0, a, sums, a_scale, c, valid, prefetch);
         }
-        int_block<T, kKpg, mr>(w, p, c0, a, sums, a_scale, c, valid, pf, pf_lo, pf_hi, side);
+        int_block<T, kKpg, mr>(w, p, c0, a, sums, a_scale, c, valid, prefetch);
     }
 
     static void gemm_int(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t n_begin, int64_t n_end, float *c,
@@ -493,15 +598,17 @@ struct Kernels {
         const PackedLayout &L = w.layout;
         const int64_t steps = (L.k + 63) / 64;  // 64-K steps; a nibble tile holds two (its low and high nibbles)
         const bool prefetching = prefetch_next && p + 1 < L.panels;
-        const SidePrefetch side = prefetching ? side_prefetch<T>(w, p + 1) : SidePrefetch{};
+        TilePrefetch side;  // the next panel's side arrays
+        if (prefetching) add_side_streams<T>(w, p + 1, &side);
         const int64_t tile_lines = L.tiles_per_half * 2 * kTileBytes / 64;
         auto prefetch_share = [&](int64_t t) {  // step t's share of the next panel
             if (!prefetching) return;
             const uint8_t *next_tiles = w.tile(p + 1, 0, 0);
             for (int64_t l = tile_lines * t / steps; l < tile_lines * (t + 1) / steps; ++l) S::prefetch(next_tiles + l * 64);
-            for (int i = 0; i < side.n; ++i)
-                for (int64_t l = side.lines[i] * t / steps; l < side.lines[i] * (t + 1) / steps; ++l)
-                    S::prefetch(side.next[i] + l * 64);
+            for (int i = 0; i < side.n; ++i) {
+                const int64_t lines = (side.per_panel[i] + 63) / 64;
+                for (int64_t l = lines * t / steps; l < lines * (t + 1) / steps; ++l) S::prefetch(side.base[i] + l * 64);
+            }
         };
         if (!tiles)
             for (int64_t t = 0; t < steps; ++t) prefetch_share(t);

@@ -105,11 +105,13 @@ struct Avx512 {
         return _mm512_maskz_mov_epi8(static_cast<__mmask64>(bits), _mm512_set1_epi8(0x10));
     }
     // Q6_K: (field << 4) in byte i, where byte j of the 16 bytes at p holds the 2-bit fields of bytes j, j+16,
-    // j+32, j+48 at bits 0, 2, 4, 6. A 64-bit shift moves bits across bytes, but the & 3 keeps only each byte's own.
+    // j+32, j+48 at bits 0, 2, 4, 6. One 64-bit rotate per 128-bit lane brings each lane's field to bits 4-5 (left
+    // by 4, 2, 0 and 62); it moves bits across bytes, but the & 0x30 keeps only each byte's own field. A shift right
+    // to bit 0 and back left by 4 took one instruction more, and in a one-row Q6_K GEMV, bound by its decoding,
+    // every instruction of this counts (kernels_impl.h, int_block).
     static VI high_bits6(const uint8_t *p, int /*vi*/) {
         const VI f = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
-        const VI shifted = _mm512_srlv_epi64(f, _mm512_set_epi64(6, 6, 4, 4, 2, 2, 0, 0));
-        return _mm512_slli_epi16(_mm512_and_si512(shifted, _mm512_set1_epi8(3)), 4);
+        return _mm512_and_si512(_mm512_rolv_epi64(f, _mm512_set_epi64(62, 62, 0, 0, 2, 2, 4, 4)), _mm512_set1_epi8(0x30));
     }
 
     static VF fzero() { return _mm512_setzero_ps(); }

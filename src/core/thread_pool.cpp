@@ -103,8 +103,20 @@ void ThreadPool::worker_main(int index) {
     for (;;) {
         seen = spin_then_wait(generation_, spin_ns_, [seen](uint32_t g) { return g != seen; });
         if (stop_.load(std::memory_order_acquire)) return;
+        // A worker that woke late may find its job closed, or already replaced by the next one (whose generation
+        // it will see on its next wait): then it has nothing to do and the caller does not count on it.
+        if (!try_enter(seen)) continue;
         execute(index);
         if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_all();
+    }
+}
+
+bool ThreadPool::try_enter(uint32_t generation) {
+    uint64_t word = job_word_.load(std::memory_order_acquire);
+    for (;;) {
+        if (static_cast<uint32_t>(word >> 32) != generation || !(word & kOpen)) return false;
+        if (job_word_.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel, std::memory_order_acquire))
+            return true;
     }
 }
 
@@ -125,17 +137,30 @@ void ThreadPool::execute(int index) {
     tls_index = outer_index;
 }
 
-Status ThreadPool::run(FunctionRef<void(int)> fn) {
+Status ThreadPool::run(FunctionRef<void(int)> fn) { return run_job(fn, true); }
+
+Status ThreadPool::run_available(FunctionRef<void(int)> fn) { return run_job(fn, false); }
+
+Status ThreadPool::run_job(FunctionRef<void(int)> fn, bool every_worker) {
     KT_RETURN_IF(tls_pool == this, KT_STATUS_MISUSE, "thread pool: run() called from inside one of its own jobs");
     std::lock_guard<std::mutex> lock(run_mutex_);
     job_ = &fn;
     first_error_ = Status::ok();
-    pending_.store(static_cast<uint32_t>(n_threads_ - 1), std::memory_order_relaxed);
-    if (n_threads_ > 1) {
-        generation_.fetch_add(1, std::memory_order_release);  // publishes job_ and pending_
+    const uint32_t workers = static_cast<uint32_t>(n_threads_ - 1);
+    pending_.store(workers, std::memory_order_relaxed);
+    if (workers > 0) {
+        const uint32_t generation = generation_.load(std::memory_order_relaxed) + 1;
+        job_word_.store(uint64_t{generation} << 32 | kOpen, std::memory_order_relaxed);
+        generation_.store(generation, std::memory_order_release);  // publishes job_, pending_ and job_word_
         generation_.notify_all();
     }
     execute(0);
+    if (workers > 0 && !every_worker) {
+        // Close the job; the workers that did not enter it are not waited for.
+        const uint32_t entered = static_cast<uint32_t>(
+            job_word_.fetch_and(~kOpen, std::memory_order_acq_rel) & kEnteredMask);
+        if (entered < workers) pending_.fetch_sub(workers - entered, std::memory_order_acq_rel);
+    }
     spin_then_wait(pending_, spin_ns_, [](uint32_t v) { return v == 0; });
     job_ = nullptr;
     std::lock_guard<std::mutex> error_lock(error_mutex_);
@@ -146,7 +171,7 @@ Status ThreadPool::parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64
     if (n <= 0) return Status::ok();
     grain = std::max<int64_t>(grain, 1);
     alignas(64) std::atomic<int64_t> next{0};
-    return run([&](int index) {
+    return run_available([&](int index) {
         for (;;) {
             const int64_t begin = next.fetch_add(grain, std::memory_order_relaxed);
             if (begin >= n) return;

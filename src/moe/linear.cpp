@@ -109,8 +109,9 @@ Status PackedLinear::forward(const float *x, int64_t n_tokens, float *y, int64_t
     // it computes one: a decode GEMV is one weight stream per thread. A single shared counter interleaved the
     // threads' chunks, so the kernel's prefetch of "the next panel" fetched the other thread's, and a one-panel
     // chunk (a K or V projection) streamed with no software prefetch at all. A thread done with its region takes
-    // the remaining chunks of the others, so a slow thread still does not hold up the call. Each thread brackets
-    // all of its AMX calls with one tile session.
+    // the remaining chunks of the others, so a slow thread still does not hold up the call, and the call does not
+    // wait for a worker that has not started (run_available). Each thread brackets all of its AMX calls with one
+    // tile session.
     const int64_t panels = matrix_.layout.panels;
     const int threads = pool && panels > 1 ? pool->size() : 1;
     const int64_t grain = panel_grain(panels, threads);
@@ -139,7 +140,7 @@ Status PackedLinear::forward(const float *x, int64_t n_tokens, float *y, int64_t
         }
         (void)session.end();  // a no-op unless AMX ran on this thread
     };
-    if (threads > 1) return pool->run(work);
+    if (threads > 1) return pool->run_available(work);
     work(0);
     return Status::ok();
 }

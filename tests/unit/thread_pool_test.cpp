@@ -150,6 +150,72 @@ TEST_CASE("thread pool: parallel_for covers every item exactly once") {
     }
 }
 
+TEST_CASE("thread pool: run_available and parallel_for never wait for a worker that cannot start") {
+    // Worker 2 is held in on_worker_start, as a worker pinned to a core that another process keeps busy is held by
+    // the scheduler. Jobs that any thread can finish must complete without it; run() could not.
+    std::atomic<bool> release{false};
+    ThreadPoolOptions o;
+    o.n_threads = 3;
+    o.on_worker_start = [&](int index) {
+        if (index != 2) return;
+        while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    };
+    std::unique_ptr<ThreadPool> pool;
+    REQUIRE(ThreadPool::create(o, &pool).is_ok());
+
+    int wrong = 0, held_ran = 0;
+    for (int round = 0; round < 200; ++round) {
+        const int64_t n = 1 + round % 37;
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+        for (auto &h : hits) h = 0;
+        std::atomic<int> from_held{0};
+        REQUIRE(pool->parallel_for(n, 1 + round % 3, [&](int64_t b, int64_t e, int t) {
+            if (t == 2) from_held.fetch_add(1);
+            for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+        }).is_ok());
+        for (auto &h : hits) wrong += h.load() != 1;
+        held_ran += from_held.load();
+    }
+    CHECK(wrong == 0);
+    CHECK(held_ran == 0);
+
+    // Released, the worker joins later jobs, and run() again waits for every worker.
+    release.store(true);
+    std::atomic<int> seen{0};
+    REQUIRE(pool->run([&](int i) { seen.fetch_or(1 << i); }).is_ok());
+    CHECK(seen.load() == 7);
+}
+
+TEST_CASE("thread pool: a worker that arrives late never runs a closed job, and each index runs at most once") {
+    // Alternates open jobs with run() jobs so that workers woken for a closed job meet the next one.
+    auto pool = make_pool(3, 0);
+    std::atomic<bool> open{false};
+    std::atomic<int> per_index[3];
+    int late = 0, twice = 0, missing = 0;
+    for (int round = 0; round < 3000; ++round) {
+        for (auto &c : per_index) c = 0;
+        std::atomic<int> bad{0};
+        open.store(true);
+        auto job = [&](int i) {
+            if (!open.load()) bad.fetch_add(1);
+            per_index[i].fetch_add(1);
+        };
+        if (round % 3 == 2) {
+            REQUIRE(pool->run(job).is_ok());
+            for (auto &c : per_index) missing += c.load() != 1;
+        } else {
+            REQUIRE(pool->run_available(job).is_ok());
+            CHECK(per_index[0].load() == 1);
+            for (auto &c : per_index) twice += c.load() > 1;
+        }
+        open.store(false);
+        late += bad.load();
+    }
+    CHECK(late == 0);
+    CHECK(twice == 0);
+    CHECK(missing == 0);
+}
+
 TEST_CASE("thread pool: exceptions and nested runs become statuses and the pool stays usable") {
     auto pool = make_pool(3);
     Status s = pool->run([&](int i) {

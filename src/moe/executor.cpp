@@ -88,7 +88,6 @@ Status Executor::init(const ExecutorConfig &c) {
         grp->node = plan_.nodes[static_cast<size_t>(g)];
         grp->t_begin = plan_.group_begin[static_cast<size_t>(g)];
         grp->t_end = plan_.group_begin[static_cast<size_t>(g) + 1];
-        grp->barrier = std::make_unique<Barrier>(grp->t_end - grp->t_begin, c.spin_ns);
         for (int t = grp->t_begin; t < grp->t_end; ++t) thread_group_[static_cast<size_t>(t)] = g;
         groups_.push_back(std::move(grp));
     }

@@ -10,6 +10,7 @@
 // executor's mutex; wait_for only waits.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -45,6 +46,37 @@ struct ExecutorConfig {
 
 struct alignas(64) Counter {
     std::atomic<int64_t> next{0};
+};
+
+// The tasks of one phase of a job: claimed through `next`, counted in `done` once finished. A thread that needs a
+// phase's results waits for its tasks to be done (wait_done), not for the other threads to arrive, so a thread
+// that has not started the job (its core busy with another process) holds nobody up: whoever runs claims its share.
+struct TaskCounter {
+    alignas(64) std::atomic<int64_t> next{0};
+    alignas(64) std::atomic<uint32_t> done{0};  // finished claims
+
+    void reset() {
+        next.store(0, std::memory_order_relaxed);
+        done.store(0, std::memory_order_relaxed);
+    }
+    static uint32_t claims(int64_t total, int64_t step) { return static_cast<uint32_t>((total + step - 1) / step); }
+
+    // Claims [0, total) in steps of `step` until none is left, calling fn(begin, end) on each claim.
+    template <typename Fn>
+    void run_claims(int64_t total, int64_t step, Fn &&fn) {
+        const uint32_t all = claims(total, step);
+        for (;;) {
+            const int64_t begin = next.fetch_add(step, std::memory_order_relaxed);
+            if (begin >= total) return;
+            fn(begin, std::min(total, begin + step));
+            if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == all) done.notify_all();
+        }
+    }
+    // Waits until every claim of [0, total) has finished; its results are then visible to this thread.
+    void wait_done(int64_t total, int64_t step, int64_t spin_ns) const {
+        const uint32_t all = claims(total, step);
+        spin_then_wait(done, spin_ns, [all](uint32_t v) { return v >= all; });
+    }
 };
 
 // Scratch a pool needs per call (bytes), per group and shared. The executor keeps the largest of its pools'.
@@ -86,8 +118,7 @@ public:
     struct Group {
         int node = 0;                // logical NUMA node, -1 when memory is left to the OS
         int t_begin = 0, t_end = 0;  // thread indexes
-        std::unique_ptr<Barrier> barrier;
-        Counter gate_up_next, amax_next, hq_next, down_next;
+        TaskCounter gate_up_tasks, amax_tasks, hq_tasks, down_tasks;  // the running job's phases on this group's shard
         int64_t i_block = 0, h_block = 0;  // task sizes of the running job
         // Scratch on the group's node: h [slots][shard] fp32, hq (int8 or bf16), h_scale, h_sums, slot_amax,
         // partial [tokens][H] fp32, tiles (per-thread GEMM outputs).
@@ -95,7 +126,7 @@ public:
         int threads() const { return t_end - t_begin; }
     };
     struct Shared {
-        Counter x_next, merge_next;
+        TaskCounter x_tasks, merge_tasks;  // the running job's phases over all tokens
         std::vector<int32_t> count, offset, active, slot_token;  // routing buckets
         std::vector<float> slot_weight;
         int64_t n_slots = 0, n_active = 0;

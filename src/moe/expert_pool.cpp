@@ -449,33 +449,36 @@ Status ExpertPool::pack_experts(const MatrixSource &gate, const MatrixSource &up
     const PackSpec gs = specs_[0], us = specs_[1], ds = specs_[2];
     Executor &ex = *executor_;
     // Each group's threads pack that group's shard of every expert (first touch on the right node), from the
-    // driver thread so that thread 0 is on the first node too.
+    // driver thread so that thread 0 is on the first node too. Then they take what is left of the other groups'
+    // (a group whose threads have not started, their cores busy elsewhere, holds nobody up).
     std::vector<Counter> next(groups_.size());
     std::mutex err_mutex;
     Status err;
-    auto pack_all = [&]() -> Status {
-        return ex.pool().run([&](int tid) {
-            const int g = ex.group_of(tid);
-            const Group &grp = *groups_[static_cast<size_t>(g)];
-            if (grp.shard() == 0) return;
-            for (;;) {
-                const int64_t item = next[static_cast<size_t>(g)].next.fetch_add(1, std::memory_order_relaxed);
-                if (item >= 3 * n) return;
-                const int64_t j = item / 3, e = first_expert + j;  // j: the expert's index in the sources
-                Status s;
-                const int p = static_cast<int>(item % 3);
-                const PackedLayout &layout = grp.layout[p];
-                uint8_t *dst = grp.weights[p].writable() + e * grp.stride[p];
-                switch (p) {
-                    case kGateProj: s = pack_slice(gate, gs, j * I + grp.i_begin, 0, layout, 0, layout.panels, dst); break;
-                    case kUpProj: s = pack_slice(up, us, j * I + grp.i_begin, 0, layout, 0, layout.panels, dst); break;
-                    default: s = pack_slice(down, ds, j * H, grp.i_begin, layout, 0, layout.panels, dst); break;
-                }
-                if (!s.is_ok()) {
-                    std::lock_guard<std::mutex> l(err_mutex);
-                    if (err.is_ok()) err = std::move(s);
-                }
+    auto pack_group = [&](int g) {
+        const Group &grp = *groups_[static_cast<size_t>(g)];
+        if (grp.shard() == 0) return;
+        for (;;) {
+            const int64_t item = next[static_cast<size_t>(g)].next.fetch_add(1, std::memory_order_relaxed);
+            if (item >= 3 * n) return;
+            const int64_t j = item / 3, e = first_expert + j;  // j: the expert's index in the sources
+            Status s;
+            const int p = static_cast<int>(item % 3);
+            const PackedLayout &layout = grp.layout[p];
+            uint8_t *dst = grp.weights[p].writable() + e * grp.stride[p];
+            switch (p) {
+                case kGateProj: s = pack_slice(gate, gs, j * I + grp.i_begin, 0, layout, 0, layout.panels, dst); break;
+                case kUpProj: s = pack_slice(up, us, j * I + grp.i_begin, 0, layout, 0, layout.panels, dst); break;
+                default: s = pack_slice(down, ds, j * H, grp.i_begin, layout, 0, layout.panels, dst); break;
             }
+            if (!s.is_ok()) {
+                std::lock_guard<std::mutex> l(err_mutex);
+                if (err.is_ok()) err = std::move(s);
+            }
+        }
+    };
+    auto pack_all = [&]() -> Status {
+        return ex.pool().run_available([&](int tid) {
+            for (int k = 0; k < ex.groups(); ++k) pack_group((ex.group_of(tid) + k) % ex.groups());
         });
     };
     KT_TRY(ex.run_on_driver(pack_all));
@@ -524,24 +527,28 @@ void ExpertPool::execute_forward(Executor &ex, Job &job) {
     }
 
     job_rows_id_ = cpu::new_rows_ids(2 * static_cast<uint64_t>(sc.n_slots));
-    sc.x_next.next.store(0, std::memory_order_relaxed);
-    sc.merge_next.next.store(0, std::memory_order_relaxed);
+    sc.x_tasks.reset();
+    sc.merge_tasks.reset();
     const bool streaming = sc.n_slots < kStreamingRowsPerExpert * sc.n_active;
     for (int g = 0; g < ex.groups(); ++g) {
         Executor::Group &eg = ex.group(g);
-        eg.gate_up_next.next.store(0, std::memory_order_relaxed);
-        eg.amax_next.next.store(0, std::memory_order_relaxed);
-        eg.hq_next.next.store(0, std::memory_order_relaxed);
-        eg.down_next.next.store(0, std::memory_order_relaxed);
+        eg.gate_up_tasks.reset();
+        eg.amax_tasks.reset();
+        eg.hq_tasks.reset();
+        eg.down_tasks.reset();
         const int64_t shard = groups_[static_cast<size_t>(g)]->shard();
         eg.i_block = task_block(shard, sc.n_active, eg.threads());
         eg.h_block = task_block(config_.hidden, 1, eg.threads(), streaming ? kStreamingDownTasksPerThread : kTasksPerThread);
     }
     const int64_t start = trace_ ? monotonic_ns() : 0;
-    job.status = ex.pool().run([&](int tid) { run_phases(ex, job, tid); });
+    if (trace_)
+        for (ThreadTrace &t : thread_trace_) std::fill(std::begin(t.done_ns), std::end(t.done_ns), int64_t{0});
+    // No thread waits for another to arrive: phases wait for their tasks to be done, and the job for the threads
+    // that started it (a worker whose core is busy elsewhere leaves its share to the others).
+    job.status = ex.pool().run_available([&](int tid) { run_phases(ex, job, tid); });
     if (trace_) {
-        // Phase p ends when the last thread is done with it (the barrier after it); busy time is a thread's time from
-        // the end of the previous phase to its own end of this one.
+        // Phase p ends when the last thread is done with it; busy time is a thread's time from the end of the
+        // previous phase to its own end of this one (none for a thread that did not start the job).
         ++trace_jobs_;
         trace_bucket_ns_ += start - bucket_start;
         const int threads = ex.threads();
@@ -572,10 +579,10 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
     Executor::Shared &sc = ex.shared();
     const cpu::KernelSet &ks = *kernels_;
     const int64_t H = config_.hidden, T = job.n_tokens;
-    const int g = ex.group_of(tid);
-    Executor::Group &eg = ex.group(g);
-    const Group &grp = *groups_[static_cast<size_t>(g)];
-    float *tile = eg.tiles.as<float>() + static_cast<int64_t>(tid - eg.t_begin) * kTileFloats;
+    const int64_t spin_ns = ex.spin_ns();
+    const int my_group = ex.group_of(tid), n_groups = ex.groups();
+    const Executor::Group &own = ex.group(my_group);
+    float *tile = own.tiles.as<float>() + static_cast<int64_t>(tid - own.t_begin) * kTileFloats;
     // AMX kernels configure this thread's tiles once per job (the session restores them at the end).
     cpu::amx::TileSession tile_session;
     void *const session = ks.level == cpu::IsaLevel::kAmx ? &tile_session : nullptr;
@@ -585,12 +592,24 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
     float *x_scale = sc.x_scale.as<float>();
     int32_t *x_sums_gate = sc.x_sums_gate.as<int32_t>(), *x_sums_up = sc.x_sums_up.as<int32_t>();
 
+    // Phases 2-4 have tasks per group, on the group's shard. A thread takes its own group's tasks first, then what
+    // is left of the other groups' (those whose threads are slow to start, or have not started at all). Groups
+    // without a shard have no tasks.
+    auto each_group = [&](auto &&fn) {
+        for (int k = 0; k < n_groups; ++k) {
+            const int g = (my_group + k) % n_groups;
+            if (groups_[static_cast<size_t>(g)]->shard() > 0) fn(g, ex.group(g), *groups_[static_cast<size_t>(g)]);
+        }
+    };
+    auto gate_up_count = [&](const Executor::Group &eg, const Group &grp) {
+        return sc.n_active * ((grp.shard() + eg.i_block - 1) / eg.i_block);
+    };
+    auto down_count = [&](const Executor::Group &eg) { return (H + eg.h_block - 1) / eg.h_block; };
+
     // 1. The input, quantized (or converted to bf16) once per token.
     const size_t in_elt = config_.input_bf16 ? 2 : 4;
-    for (;;) {
-        const int64_t t0 = sc.x_next.next.fetch_add(kRowChunk, std::memory_order_relaxed);
-        if (t0 >= T) break;
-        for (int64_t t = t0; t < std::min(T, t0 + kRowChunk); ++t) {
+    sc.x_tasks.run_claims(T, kRowChunk, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
             const void *src = static_cast<const uint8_t *>(job.input) + static_cast<size_t>(t * H) * in_elt;
             if (gate_up_int_) {
                 int8_t *q = xq + t * x_ld_;
@@ -601,22 +620,18 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
                 ks.convert_row_bf16(src, config_.input_bf16, H, x_ld_, xb + t * x_ld_);
             }
         }
-    }
+    });
     mark(0);
-    ex.pool().barrier();
+    sc.x_tasks.wait_done(T, kRowChunk, spin_ns);
 
-    // Phases 2-4 run per group on its shard; every thread still reaches every all-thread barrier.
-    const int64_t shard = grp.shard();
-    float *h_all = eg.h.as<float>();
-    if (shard > 0) {
-        // 2. Gate and up on the same rows of each expert, then SwiGLU into h.
-        const int64_t ib = eg.i_block;
+    // 2. Gate and up on the same rows of each expert, then SwiGLU into h.
+    each_group([&](int, Executor::Group &eg, const Group &grp) {
+        const int64_t shard = grp.shard(), ib = eg.i_block;
         const int64_t iblocks = (shard + ib - 1) / ib;
-        const int64_t items = sc.n_active * iblocks;
+        const int64_t items = gate_up_count(eg, grp);
+        float *h_all = eg.h.as<float>();
         float *tg = tile, *tu = tile + kTokenChunk * ib;
-        for (;;) {
-            const int64_t item = eg.gate_up_next.next.fetch_add(1, std::memory_order_relaxed);
-            if (item >= items) break;
+        eg.gate_up_tasks.run_claims(items, 1, [&](int64_t item, int64_t) {
             const int64_t e = sc.active[static_cast<size_t>(item / iblocks)];
             const int64_t n0 = (item % iblocks) * ib, n1 = std::min(shard, n0 + ib);
             const int64_t s_begin = sc.offset[static_cast<size_t>(e)], s_end = sc.offset[static_cast<size_t>(e) + 1];
@@ -658,36 +673,38 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
                     ks.swiglu_row(tg + i * ib, tu + i * ib, n1 - n0, config_.swiglu, h_all + (s0 + i) * shard + n0);
                 }
             }
-        }
-        mark(1);
-        eg.barrier->arrive_and_wait();
+        });
+    });
+    mark(1);
 
-        // 3a. With several shards, each row of h is quantized with one scale from the whole row (max |h| over all
-        //     shards), so that sharded results equal unsharded ones up to fp32 rounding.
-        if (down_int_ && shards_ > 1) {
-            for (;;) {
-                const int64_t s0 = eg.amax_next.next.fetch_add(kRowChunk, std::memory_order_relaxed);
-                if (s0 >= sc.n_slots) break;
-                for (int64_t s = s0; s < std::min(sc.n_slots, s0 + kRowChunk); ++s)
-                    eg.slot_amax.as<float>()[s] = ks.row_amax(h_all + s * shard, false, shard);
-            }
-        }
+    // 3a. With several shards, each row of h is quantized with one scale from the whole row (max |h| over all
+    //     shards), so that sharded results equal unsharded ones up to fp32 rounding.
+    const bool whole_row_scale = down_int_ && shards_ > 1;
+    if (whole_row_scale) {
+        each_group([&](int, Executor::Group &eg, const Group &grp) {
+            eg.gate_up_tasks.wait_done(gate_up_count(eg, grp), 1, spin_ns);
+            const float *h_all = eg.h.as<float>();
+            eg.amax_tasks.run_claims(sc.n_slots, kRowChunk, [&](int64_t s0, int64_t s1) {
+                for (int64_t s = s0; s < s1; ++s) eg.slot_amax.as<float>()[s] = ks.row_amax(h_all + s * grp.shard(), false, grp.shard());
+            });
+        });
+        each_group([&](int, Executor::Group &eg, const Group &) { eg.amax_tasks.wait_done(sc.n_slots, kRowChunk, spin_ns); });
     }
-    if (down_int_ && shards_ > 1) ex.pool().barrier();
-    if (shard > 0) {
-        // 3b. h quantized once per (token, slot) row for the down projection.
-        const int64_t dkp = grp.layout[kDownProj].kp;
-        for (;;) {
-            const int64_t s0 = eg.hq_next.next.fetch_add(kRowChunk, std::memory_order_relaxed);
-            if (s0 >= sc.n_slots) break;
-            for (int64_t s = s0; s < std::min(sc.n_slots, s0 + kRowChunk); ++s) {
+
+    // 3b. h quantized once per (token, slot) row for the down projection.
+    each_group([&](int, Executor::Group &eg, const Group &grp) {
+        eg.gate_up_tasks.wait_done(gate_up_count(eg, grp), 1, spin_ns);
+        const int64_t shard = grp.shard(), dkp = grp.layout[kDownProj].kp;
+        const float *h_all = eg.h.as<float>();
+        eg.hq_tasks.run_claims(sc.n_slots, kRowChunk, [&](int64_t s0, int64_t s1) {
+            for (int64_t s = s0; s < s1; ++s) {
                 const float *h = h_all + s * shard;
                 if (down_int_) {
                     int8_t *q = eg.hq.as<int8_t>() + s * dkp;
                     float amax;
-                    if (shards_ > 1) {
+                    if (whole_row_scale) {
                         amax = 0.0f;
-                        for (int og = 0; og < ex.groups(); ++og)
+                        for (int og = 0; og < n_groups; ++og)
                             if (groups_[static_cast<size_t>(og)]->shard() > 0)
                                 amax = std::max(amax, ex.group(og).slot_amax.as<float>()[s]);
                     } else {
@@ -699,22 +716,21 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
                     ks.convert_row_bf16(h, false, shard, dkp, eg.hq.as<uint16_t>() + s * dkp);
                 }
             }
-        }
-        mark(2);
-        eg.barrier->arrive_and_wait();
+        });
+    });
+    mark(2);
 
-        // 4. Down projection per block of H columns over every active expert, weighted into the partial output. The
-        //    down bias belongs to the whole row: only the first group with a shard adds it.
-        bool first_shard = true;
-        for (int og = 0; og < g; ++og) first_shard = first_shard && groups_[static_cast<size_t>(og)]->shard() == 0;
-        const float *down_bias = first_shard && !config_.down_bias.empty() ? config_.down_bias.data() : nullptr;
-        const int64_t hblk = eg.h_block;
-        const int64_t hblocks = (H + hblk - 1) / hblk;
+    // 4. Down projection per block of H columns over every active expert, weighted into the group's partial output.
+    //    The down bias belongs to the whole row: only the first group with a shard adds it.
+    int first_shard_group = 0;
+    while (first_shard_group < n_groups && groups_[static_cast<size_t>(first_shard_group)]->shard() == 0) ++first_shard_group;
+    each_group([&](int g, Executor::Group &eg, const Group &grp) {
+        eg.hq_tasks.wait_done(sc.n_slots, kRowChunk, spin_ns);
+        const float *down_bias = g == first_shard_group && !config_.down_bias.empty() ? config_.down_bias.data() : nullptr;
+        const int64_t hblk = eg.h_block, dkp = grp.layout[kDownProj].kp;
         float *td = tile;
         float *partial = eg.partial.as<float>();
-        for (;;) {
-            const int64_t hb = eg.down_next.next.fetch_add(1, std::memory_order_relaxed);
-            if (hb >= hblocks) break;
+        eg.down_tasks.run_claims(down_count(eg), 1, [&](int64_t hb, int64_t) {
             const int64_t h0 = hb * hblk, h1 = std::min(H, h0 + hblk);
             for (int64_t t = 0; t < T; ++t) std::memset(partial + t * H + h0, 0, sizeof(float) * static_cast<size_t>(h1 - h0));
             for (int64_t ai = 0; ai < sc.n_active; ++ai) {
@@ -748,25 +764,23 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
                     }
                 }
             }
-        }
-    }
+        });
+    });
     mark(3);
-    ex.pool().barrier();
+    each_group([&](int, Executor::Group &eg, const Group &) { eg.down_tasks.wait_done(down_count(eg), 1, spin_ns); });
 
     // 5. out = (accumulate ? out : 0) + the groups' partial sums, in group order.
     const float *srcs[64];
     const int64_t chunks = (H + kMergeChunk - 1) / kMergeChunk;
     const size_t out_elt = config_.output_bf16 ? 2 : 4;
-    for (;;) {
-        const int64_t item = sc.merge_next.next.fetch_add(1, std::memory_order_relaxed);
-        if (item >= T * chunks) break;
+    sc.merge_tasks.run_claims(T * chunks, 1, [&](int64_t item, int64_t) {
         const int64_t t = item / chunks, c0 = (item % chunks) * kMergeChunk, c1 = std::min(H, c0 + kMergeChunk);
         int n_src = 0;
-        for (int og = 0; og < ex.groups(); ++og)
+        for (int og = 0; og < n_groups; ++og)
             if (groups_[static_cast<size_t>(og)]->shard() > 0) srcs[n_src++] = ex.group(og).partial.as<float>() + t * H + c0;
         void *dst = static_cast<uint8_t *>(job.output) + static_cast<size_t>(t * H + c0) * out_elt;
         ks.merge_row(srcs, n_src, c1 - c0, dst, config_.output_bf16, job.accumulate);
-    }
+    });
     mark(4);
     (void)tile_session.end();  // a no-op unless AMX ran on this thread
 }

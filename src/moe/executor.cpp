@@ -31,6 +31,7 @@ Status grow(mem::NumaBuffer *buf, size_t bytes, const mem::Topology *topo, int n
 
 Status Executor::acquire(const ExecutorConfig &config, bool shared, std::shared_ptr<Executor> *out) {
     std::lock_guard<std::mutex> lock(g_registry_mutex);
+    shared = shared && !config.on_worker_start;
     if (shared) {
         for (auto &entry : g_registry) {
             if (!(entry.first == config)) continue;
@@ -99,12 +100,13 @@ Status Executor::init(const ExecutorConfig &c) {
     po.name = "kt-expert";
     const mem::Topology *topo = topology_;
     const mem::ThreadPlan *plan = &plan_;
-    po.on_worker_start = [topo, plan](int index) {
+    po.on_worker_start = [topo, plan, then = c.on_worker_start](int index) {
         const int pu = plan->threads[static_cast<size_t>(index)].pu;
         if (pu >= 0 && topo->can_bind_threads()) {
             const Status s = topo->bind_current_thread(pu);
             if (!s.is_ok()) KT_LOG_WARN_MSG("expert pool: worker %d stays unpinned: %s", index, s.message().c_str());
         }
+        if (then) then(index);
     };
     KT_TRY(ThreadPool::create(po, &pool_));
     ring_.resize(kRingCapacity);

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -37,6 +38,9 @@ struct ExecutorConfig {
     std::vector<int> numa_nodes;  // kNodes
     int64_t spin_ns = kDefaultSpinNs;
     const mem::Topology *topology = nullptr;  // nullptr: the process topology
+    // Tests: runs on each worker after its placement, before it takes a job (e.g. to hold it, as a busy core
+    // would). An executor with it is never shared.
+    std::function<void(int worker_index)> on_worker_start;
 
     bool operator==(const ExecutorConfig &o) const {
         return n_threads == o.n_threads && numa == o.numa && numa_nodes == o.numa_nodes && spin_ns == o.spin_ns &&

@@ -126,6 +126,7 @@ Status ExpertPool::init(const ExpertPoolConfig &c) {
     ec.numa_nodes = c.numa_nodes;
     ec.spin_ns = c.spin_ns;
     ec.topology = c.topology;
+    ec.on_worker_start = c.on_worker_start;
     KT_TRY(Executor::acquire(ec, !c.private_threads, &executor_));
     cpu::IsaLevel level = cpu::kernel_level();
     if (static_cast<int>(c.max_isa) < static_cast<int>(level)) level = c.max_isa;

@@ -25,6 +25,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -55,6 +56,7 @@ struct ExpertPoolConfig {
     int64_t spin_ns = kDefaultSpinNs;
     const mem::Topology *topology = nullptr;  // nullptr: the process topology (honours HWLOC_* variables)
     bool private_threads = false;
+    std::function<void(int worker_index)> on_worker_start;  // tests only: see ExecutorConfig (implies private threads)
     cpu::SwigluParams swiglu;
     // Per-expert biases (gpt-oss), empty for none: gate = W_gate x + gate_bias[e], up likewise, out = W_down h +
     // down_bias[e]. gate_bias / up_bias: [n_experts][I], down_bias: [n_experts][H].

@@ -4,9 +4,14 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <memory>
+#include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "moe/expert_pool.h"
@@ -29,6 +34,11 @@ kt_expert_pool_info info_of(kt_expert_pool *pool) {
     info.struct_size = sizeof info;
     REQUIRE(kt_expert_pool_get_info(pool, &info) == KT_STATUS_OK);
     return info;
+}
+
+int total_threads(const moe::ExpertPool &pool) {
+    const std::vector<int> &per_group = pool.info().group_threads;
+    return std::accumulate(per_group.begin(), per_group.end(), 0);
 }
 
 double max_relative_difference(const std::vector<float> &a, const std::vector<float> &b) {
@@ -177,4 +187,82 @@ TEST_CASE("numa: expert biases and the clamped SwiGLU, sharded and not") {
         }
     const std::vector<float> ref_f(ref.begin(), ref.end());
     CHECK(max_relative_difference(sharded, ref_f) < 0.05);  // int8 activations and intermediates
+}
+
+// A worker whose core another process keeps busy may not start a job for milliseconds. The pool must not wait for
+// it: a thread that runs takes the tasks of every group, its own first. Here workers are held before their first
+// job (all of them, so that the driver thread alone computes both groups' shards, or only the last one); loading
+// and forward calls must finish, with the same bits as a pool whose threads all run (a task's arithmetic does not
+// depend on the thread that runs it).
+TEST_CASE("numa: a pool whose workers have not started finishes on the threads that run") {
+    constexpr int64_t E = 6, H = 256, I = 256;
+    for (int32_t src_type : {KT_TYPE_F32, KT_TYPE_Q4_K}) {
+        const int32_t format = src_type == KT_TYPE_F32 ? KT_EXPERT_WEIGHTS_INT8 : KT_EXPERT_WEIGHTS_AS_SOURCE;
+        INFO("source type " << src_type);
+        const ExpertWeights w = make_experts(src_type, format, 0, E, H, I, 41);
+        const std::vector<float> x = random_normal(7 * H, 42, 1.0f);
+        const Routing r = make_routing(7, 3, E, 43);
+        // hold: -1 none, 0 every worker, 1 the last worker only.
+        auto run = [&](int hold, int *groups) {
+            std::atomic<bool> release{false};
+            std::atomic<int> held{0};
+            int last_worker = -1;
+            moe::ExpertPoolConfig c;
+            c.n_experts = E;
+            c.hidden = H;
+            c.intermediate = I;
+            c.max_tokens = 7;
+            c.format = format == KT_EXPERT_WEIGHTS_INT8 ? moe::TargetFormat::kInt8 : moe::TargetFormat::kAsSource;
+            c.numa = moe::NumaPolicy::kAuto;
+            c.private_threads = true;
+            if (hold >= 0)
+                c.on_worker_start = [&](int index) {
+                    if (hold == 1 && index != last_worker) return;
+                    held.fetch_add(1);
+                    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                };
+            std::unique_ptr<moe::ExpertPool> pool;
+            // The last worker's index is only known from the plan; a pool of the same settings tells it.
+            {
+                moe::ExpertPoolConfig probe = c;
+                probe.on_worker_start = nullptr;
+                std::unique_ptr<moe::ExpertPool> p;
+                REQUIRE(moe::ExpertPool::create(probe, &p).is_ok());
+                last_worker = total_threads(*p) - 1;
+            }
+            REQUIRE(moe::ExpertPool::create(c, &pool).is_ok());
+            moe::MatrixSource g, u, d;
+            REQUIRE(moe::make_source(src_type, w.gate.data(), E * I, H, &g).is_ok());
+            REQUIRE(moe::make_source(src_type, w.up.data(), E * I, H, &u).is_ok());
+            REQUIRE(moe::make_source(src_type, w.down.data(), E * H, I, &d).is_ok());
+            REQUIRE(pool->load(g, u, d).is_ok());
+            *groups = pool->info().groups;
+            std::vector<float> out;
+            for (int64_t tokens : {int64_t{7}, int64_t{1}}) {
+                std::vector<float> y(static_cast<size_t>(tokens * H));
+                moe::ForwardArgs a;
+                a.n_tokens = tokens;
+                a.top_k = r.top_k;
+                a.input = x.data();
+                a.ids = r.ids.data();
+                a.weights = r.weights.data();
+                a.output = y.data();
+                REQUIRE(pool->forward(a).is_ok());
+                out.insert(out.end(), y.begin(), y.end());
+            }
+            if (hold >= 0) CHECK(held.load() == (hold == 0 ? total_threads(*pool) - 1 : 1));
+            release.store(true);
+            return out;
+        };
+        int groups_all = 0, groups_none = 0, groups_last = 0;
+        const std::vector<float> all_run = run(-1, &groups_all);
+        const std::vector<float> none_run = run(0, &groups_none);
+        const std::vector<float> last_held = run(1, &groups_last);
+        CHECK(groups_all == 2);
+        CHECK(groups_none == 2);
+        CHECK(none_run == all_run);
+        CHECK(last_held == all_run);
+        const std::vector<double> ref = emulated_reference(w, x, r, nullptr, false);
+        CHECK(normalized_error(std::vector<float>(all_run.begin(), all_run.begin() + 7 * H), ref) < kEmulatedBound);
+    }
 }

@@ -57,7 +57,8 @@ struct alignas(64) Counter {
 // that has not started the job (its core busy with another process) holds nobody up: whoever runs claims its share.
 struct TaskCounter {
     alignas(64) std::atomic<int64_t> next{0};
-    alignas(64) std::atomic<uint32_t> done{0};  // finished claims
+    // Finished claims. 32 bits suffice: no phase has more claims than the job's fp32 partial output has KiB.
+    alignas(64) std::atomic<uint32_t> done{0};
 
     void reset() {
         next.store(0, std::memory_order_relaxed);

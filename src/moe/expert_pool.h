@@ -11,6 +11,9 @@
 //      and the weighted fp32 add into the group's partial output (a task owns its output columns, so no two
 //      threads add to the same value)
 //   5. out = (accumulate ? out : 0) + sum of the groups' partial outputs                   (all threads)
+// A phase waits for the tasks it depends on to be done, never for threads to arrive (no barriers), and a thread
+// takes its own group's tasks first, then the other groups' leftovers: a worker that has not started the job (its
+// core busy with another process) delays nothing, and the threads that run do its share.
 // Each expert's intermediate dimension I is split across the executor's NUMA groups (shards sized by thread count,
 // on boundaries every format allows); each shard's gate/up rows and down columns live in its node's memory,
 // packed by that node's threads (first touch where binding is unavailable). Sharding is decided here, at load,

@@ -224,11 +224,12 @@ describe("errors", () => {
       { model: "tiny", messages: [{ role: "user", content: "And God said" }], max_tokens: 500, ignore_eos: true, stream: true },
       { signal: controller.signal });
     let chunks = 0;
-    // The client ends the iteration quietly once it has aborted.
+    // The client ends the iteration quietly once it has aborted. Chunks it had already read from the socket may
+    // still come out first (a fast server put a fourth one into the same read), so only "soon" is certain.
     for await (const _ of stream) {
       if (++chunks === 3) controller.abort();
     }
-    assert.equal(chunks, 3);
+    assert.ok(chunks >= 3 && chunks < 50, `${chunks} chunks after aborting at the third`);
     await waitForGauge(server, "kt_requests_running", 0, auth());
     // The sequence was cancelled, not decoded to its 500 tokens for nobody.
     const spent = (await generated()) - before;

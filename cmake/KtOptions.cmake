@@ -12,6 +12,7 @@ option(KT_BUILD_FUZZ "Build libFuzzer targets (needs clang)" OFF)
 set(KT_WITH_CUDA "AUTO" CACHE STRING "CUDA backend: ON, OFF or AUTO (on when nvcc is found)")
 set_property(CACHE KT_WITH_CUDA PROPERTY STRINGS ON OFF AUTO)
 set(KT_SANITIZE "" CACHE STRING "Sanitizers for kt's own code, e.g. address,undefined (empty: none)")
+option(KT_USE_LLD "Link with lld when the compiler can use it (Debian's lld; the test builds link some 80 programs)" ON)
 
 # Golden data made by independent implementations; tests look here and say loudly when it is missing.
 get_filename_component(_kt_default_testdata "${CMAKE_CURRENT_SOURCE_DIR}/../shared/testdata" ABSOLUTE)

@@ -17,6 +17,17 @@ if(KT_SANITIZE)
   add_compile_definitions(KT_KERNELS_ROLLED)
 endif()
 
+# lld links a sanitizer build's test program in about half the time of GNU ld (0.9 s against 1.8 s for one
+# ASan test, which carries the static library and CUDA's static runtime), and CI links some 150 of them. Only the
+# host link: nvcc's device link keeps its own linker.
+if(KT_USE_LLD)
+  include(CheckLinkerFlag)
+  check_linker_flag(CXX "-fuse-ld=lld" KT_HAVE_LLD)
+  if(KT_HAVE_LLD)
+    add_link_options($<HOST_LINK:-fuse-ld=lld>)
+  endif()
+endif()
+
 # Fuzzing needs coverage instrumentation in the library itself, not only in the fuzz target's own file.
 # The kernels are left out of the coverage (why: cmake/fuzz-coverage-ignorelist.txt). The list is passed as a copy
 # named by its hash, so that editing it changes the flags and rebuilds what it covers.

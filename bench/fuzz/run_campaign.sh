@@ -3,7 +3,7 @@
 #
 #   bench/fuzz/run_campaign.sh configure DIR         a campaign build: clang -O2, libFuzzer + UBSan, no ASan
 #   bench/fuzz/run_campaign.sh run DIR TARGET RUNS [MAX_LEN] [OUT]     RUNS: executions, or seconds as "5400s"
-#   bench/fuzz/run_campaign.sh replay ASAN_DIR TARGET OUT
+#   bench/fuzz/run_campaign.sh replay ASAN_DIR TARGET OUT      ASAN_DIR: the asan preset's build (build-asan)
 #
 # KT_FUZZ_TIMEOUT (seconds, default 60): libFuzzer's -timeout, which counts wall time. Raise it for a campaign that
 # runs at a low priority beside builds, where a starved input can take minutes without hanging.
@@ -11,7 +11,7 @@
 # Why two builds: ASan costs the targets 2-10x, and a campaign is about executions. The campaign build keeps UBSan
 # (cheap; integer overflow and bad casts are what the template interpreter and the hyperparameter checks are about)
 # and libFuzzer's own checks (crashes, hangs over -timeout, RSS over -rss_limit_mb). Afterwards `replay` runs every
-# input the campaign kept through the fuzz preset's ASan + UBSan replay binary, so each input that reached new
+# input the campaign kept through the asan preset's ASan + UBSan replay binary, so each input that reached new
 # coverage is also checked for memory errors.
 #
 # `run` starts from the committed corpus (tests/fuzz/corpus/TARGET, only read) plus OUT/corpus when it exists (so a

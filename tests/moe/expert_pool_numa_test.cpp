@@ -139,11 +139,7 @@ TEST_CASE("numa: expert biases and the clamped SwiGLU, sharded and not") {
         c.down_bias = down_bias;
         std::unique_ptr<moe::ExpertPool> pool;
         REQUIRE(moe::ExpertPool::create(c, &pool).is_ok());
-        moe::MatrixSource g, u, d;
-        REQUIRE(moe::make_source(KT_TYPE_MXFP4, w.gate.data(), E * I, H, &g).is_ok());
-        REQUIRE(moe::make_source(KT_TYPE_MXFP4, w.up.data(), E * I, H, &u).is_ok());
-        REQUIRE(moe::make_source(KT_TYPE_MXFP4, w.down.data(), E * H, I, &d).is_ok());
-        REQUIRE(pool->load(g, u, d).is_ok());
+        load_experts(pool.get(), w);
         *groups = pool->info().groups;
         std::vector<float> out(T * H);
         moe::ForwardArgs a;
@@ -231,11 +227,7 @@ TEST_CASE("numa: a pool whose workers have not started finishes on the threads t
                 last_worker = total_threads(*p) - 1;
             }
             REQUIRE(moe::ExpertPool::create(c, &pool).is_ok());
-            moe::MatrixSource g, u, d;
-            REQUIRE(moe::make_source(src_type, w.gate.data(), E * I, H, &g).is_ok());
-            REQUIRE(moe::make_source(src_type, w.up.data(), E * I, H, &u).is_ok());
-            REQUIRE(moe::make_source(src_type, w.down.data(), E * H, I, &d).is_ok());
-            REQUIRE(pool->load(g, u, d).is_ok());
+            load_experts(pool.get(), w);
             *groups = pool->info().groups;
             std::vector<float> out;
             for (int64_t tokens : {int64_t{7}, int64_t{1}}) {

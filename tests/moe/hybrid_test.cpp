@@ -48,11 +48,7 @@ std::unique_ptr<moe::ExpertPool> make_pool(const test::ExpertWeights &w, int64_t
     c.private_threads = true;
     std::unique_ptr<moe::ExpertPool> pool;
     REQUIRE(moe::ExpertPool::create(c, &pool).is_ok());
-    moe::MatrixSource g, u, d;
-    REQUIRE(moe::make_source(w.src_type, w.gate.data(), w.experts * w.inter, w.hidden, &g).is_ok());
-    REQUIRE(moe::make_source(w.src_type, w.up.data(), w.experts * w.inter, w.hidden, &u).is_ok());
-    REQUIRE(moe::make_source(w.src_type, w.down.data(), w.experts * w.hidden, w.inter, &d).is_ok());
-    REQUIRE(pool->load(g, u, d).is_ok());
+    test::load_experts(pool.get(), w);
     return pool;
 }
 

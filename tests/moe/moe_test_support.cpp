@@ -5,6 +5,7 @@
 #include <random>
 
 #include "core/fp16.h"
+#include "moe/expert_pool.h"
 #include "ops/ref/moe_ref.h"
 #include "ops/types.h"
 #include "support/quant_test_support.h"
@@ -228,6 +229,14 @@ std::vector<float> run_forward(kt_expert_pool *pool, const std::vector<float> &x
     INFO(kt_expert_pool_last_error(pool));
     REQUIRE(s == KT_STATUS_OK);
     return y;
+}
+
+void load_experts(moe::ExpertPool *pool, const ExpertWeights &w) {
+    moe::MatrixSource g, u, d;
+    REQUIRE(moe::make_source(w.src_type, w.gate.data(), w.experts * w.inter, w.hidden, &g).is_ok());
+    REQUIRE(moe::make_source(w.src_type, w.up.data(), w.experts * w.inter, w.hidden, &u).is_ok());
+    REQUIRE(moe::make_source(w.src_type, w.down.data(), w.experts * w.hidden, w.inter, &d).is_ok());
+    REQUIRE(pool->load(g, u, d).is_ok());
 }
 
 }  // namespace kt::test

@@ -8,6 +8,10 @@
 
 #include "kt.h"
 
+namespace kt::moe {
+class ExpertPool;
+}
+
 namespace kt::test {
 
 struct ExpertWeights {
@@ -56,5 +60,8 @@ kt_expert_pool *make_pool(const ExpertWeights &w, int32_t format, int32_t int4_g
                           float swiglu_limit = 0.0f, float swiglu_alpha = 0.0f);
 
 std::vector<float> run_forward(kt_expert_pool *pool, const std::vector<float> &x, const Routing &r);
+
+// Loads all of w's experts, as stored, into an internal pool (the tests that reach below kt.h), REQUIREing success.
+void load_experts(moe::ExpertPool *pool, const ExpertWeights &w);
 
 }  // namespace kt::test

@@ -137,16 +137,18 @@ void ThreadPool::execute(int index) {
     tls_index = outer_index;
 }
 
-Status ThreadPool::run(FunctionRef<void(int)> fn) { return run_job(fn, true); }
+Status ThreadPool::run(FunctionRef<void(int)> fn) { return run_job(fn, Workers::kEvery); }
 
-Status ThreadPool::run_available(FunctionRef<void(int)> fn) { return run_job(fn, false); }
+Status ThreadPool::run_available(FunctionRef<void(int)> fn) { return run_job(fn, Workers::kAvailable); }
 
-Status ThreadPool::run_job(FunctionRef<void(int)> fn, bool every_worker) {
+Status ThreadPool::run_alone(FunctionRef<void(int)> fn) { return run_job(fn, Workers::kNone); }
+
+Status ThreadPool::run_job(FunctionRef<void(int)> fn, Workers wanted) {
     KT_RETURN_IF(tls_pool == this, KT_STATUS_MISUSE, "thread pool: run() called from inside one of its own jobs");
     std::lock_guard<std::mutex> lock(run_mutex_);
     job_ = &fn;
     first_error_ = Status::ok();
-    const uint32_t workers = static_cast<uint32_t>(n_threads_ - 1);
+    const uint32_t workers = wanted == Workers::kNone ? 0 : static_cast<uint32_t>(n_threads_ - 1);
     pending_.store(workers, std::memory_order_relaxed);
     if (workers > 0) {
         const uint32_t generation = generation_.load(std::memory_order_relaxed) + 1;
@@ -155,7 +157,7 @@ Status ThreadPool::run_job(FunctionRef<void(int)> fn, bool every_worker) {
         generation_.notify_all();
     }
     execute(0);
-    if (workers > 0 && !every_worker) {
+    if (workers > 0 && wanted == Workers::kAvailable) {
         // Close the job; the workers that did not enter it are not waited for.
         const uint32_t entered = static_cast<uint32_t>(
             job_word_.fetch_and(~kOpen, std::memory_order_acq_rel) & kEnteredMask);
@@ -171,13 +173,15 @@ Status ThreadPool::parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64
     if (n <= 0) return Status::ok();
     grain = std::max<int64_t>(grain, 1);
     alignas(64) std::atomic<int64_t> next{0};
-    return run_available([&](int index) {
+    auto chunks = [&](int index) {
         for (;;) {
             const int64_t begin = next.fetch_add(grain, std::memory_order_relaxed);
             if (begin >= n) return;
             fn(begin, std::min(begin + grain, n), index);
         }
-    });
+    };
+    // One chunk has no work for a second thread: waking one would only add its hand-off.
+    return n <= grain ? run_alone(chunks) : run_available(chunks);
 }
 
 int ThreadPool::current_thread_index() const { return tls_pool == this ? tls_index : -1; }

@@ -44,6 +44,12 @@ namespace kt {
 // Default time a waiting thread spins before it sleeps.
 inline constexpr int64_t kDefaultSpinNs = 100'000;
 
+// Work, in multiply-adds, below which a job is cheaper on its caller alone than handed out. Waking a sleeping
+// worker costs 5-50 us in a virtual machine (a futex wake through the hypervisor, then the worker's own trip back),
+// and even a spinning one costs cache-line round trips; 2^18 multiply-adds take 1-5 us on one core (a 256 K-weight
+// Q4_K GEMV streams 144 KB). A tiny model is made of nothing but such jobs: one fuzzer input made ~540 of them.
+inline constexpr int64_t kMinParallelMacs = int64_t{1} << 18;
+
 // Waits until done(word) holds: spins for spin_ns (checking the word), then sleeps until the word changes.
 // Returns the value that satisfied done. Whoever changes the word must call notify_all()/notify_one() on it.
 // The first kPauseSpinNs of the spin are pause instructions; the rest yields the CPU between checks, so that a
@@ -97,12 +103,17 @@ public:
     // index runs at most once, so per-index scratch stays private. Errors as in run().
     Status run_available(FunctionRef<void(int)> fn);
 
+    // Runs fn(0) on the calling thread alone, as a job of this pool (serialized with the others, so thread 0's
+    // scratch stays private; errors as in run()), without waking a worker: for a job whose work is smaller than
+    // a hand-off costs (kMinParallelMacs). fn must be able to complete the whole job alone, as in run_available.
+    Status run_alone(FunctionRef<void(int)> fn);
+
     // Inside a run() job: waits until every participant has reached the same barrier.
     void barrier() { job_barrier_.arrive_and_wait(); }
 
     // Calls fn(begin, end, thread_index) over [0, n) in chunks of `grain` items, handed out dynamically (an
     // atomic counter), so threads that finish early take more. Runs as run_available: it never waits for a worker
-    // that has not started. grain < 1 is treated as 1.
+    // that has not started; a single chunk (n <= grain) runs as run_alone. grain < 1 is treated as 1.
     Status parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t, int)> fn);
 
     // The index of the calling thread inside the job currently running on this pool, or -1.
@@ -110,7 +121,8 @@ public:
 
 private:
     explicit ThreadPool(const ThreadPoolOptions &options);
-    Status run_job(FunctionRef<void(int)> fn, bool every_worker);
+    enum class Workers { kEvery, kAvailable, kNone };
+    Status run_job(FunctionRef<void(int)> fn, Workers workers);
     void worker_main(int index);
     bool try_enter(uint32_t generation);
     void execute(int index);

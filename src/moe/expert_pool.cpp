@@ -546,7 +546,10 @@ void ExpertPool::execute_forward(Executor &ex, Job &job) {
         for (ThreadTrace &t : thread_trace_) std::fill(std::begin(t.done_ns), std::end(t.done_ns), int64_t{0});
     // No thread waits for another to arrive: phases wait for their tasks to be done, and the job for the threads
     // that started it (a worker whose core is busy elsewhere leaves its share to the others).
-    job.status = ex.pool().run_available([&](int tid) { run_phases(ex, job, tid); });
+    // Gate, up and down: three hidden x intermediate products per (token, expert) slot.
+    const int64_t macs = 3 * sc.n_slots * config_.hidden * config_.intermediate;
+    auto phases = [&](int tid) { run_phases(ex, job, tid); };
+    job.status = macs < kMinParallelMacs ? ex.pool().run_alone(phases) : ex.pool().run_available(phases);
     if (trace_) {
         // Phase p ends when the last thread is done with it; busy time is a thread's time from the end of the
         // previous phase to its own end of this one (none for a thread that did not start the job).

@@ -113,7 +113,8 @@ Status PackedLinear::forward(const float *x, int64_t n_tokens, float *y, int64_t
     // wait for a worker that has not started (run_available). Each thread brackets all of its AMX calls with one
     // tile session.
     const int64_t panels = matrix_.layout.panels;
-    const int threads = pool && panels > 1 ? pool->size() : 1;
+    const bool worth_sharing = panels > 1 && n_tokens * N * K >= kMinParallelMacs;
+    const int threads = pool && worth_sharing ? pool->size() : 1;
     const int64_t grain = panel_grain(panels, threads);
     std::vector<Region> regions(static_cast<size_t>(threads));
     for (int t = 0; t < threads; ++t) {

@@ -194,7 +194,12 @@ void KvCache::attend(int64_t layer, const Segment *segments, int64_t n_segments,
     base += (16 - (reinterpret_cast<uintptr_t>(base) / sizeof(float)) % 16) % 16;
     const Extras extras{window, sinks};
     const int64_t n_tasks = task_begin_[n_segments];
-    Status s = pool.parallel_for(n_tasks, 1, [&](int64_t begin, int64_t end, int thread) {
+    // Each query against each visible position: Dk multiply-adds for its score, Dv for its share of the output.
+    int64_t macs = 0;
+    for (int64_t s = 0; s < n_segments; ++s)
+        macs += segments[s].n_tokens * (segments[s].pos0 + segments[s].n_tokens) * n_head_ * (dk_ + dv_);
+    const int64_t grain = macs < kMinParallelMacs ? n_tasks : 1;  // one chunk: the caller alone
+    Status s = pool.parallel_for(n_tasks, grain, [&](int64_t begin, int64_t end, int thread) {
         // AMX tiles are configured once per run of tasks on this thread (and released after).
         cpu::amx::TileSession tiles;
         for (int64_t i = begin; i < end; ++i) {

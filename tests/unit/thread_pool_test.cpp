@@ -37,26 +37,47 @@ double process_cpu_seconds() {
     return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-// The scheduler state letter of each thread of this process whose name starts with `prefix`.
-std::vector<char> thread_states(const std::string &prefix) {
-    std::vector<char> states;
+// /proc/self/task/<tid> of each thread of this process whose name starts with `prefix`.
+std::vector<std::string> thread_dirs(const std::string &prefix) {
+    std::vector<std::string> dirs;
     DIR *dir = opendir("/proc/self/task");
-    if (!dir) return states;
+    if (!dir) return dirs;
     while (dirent *e = readdir(dir)) {
         if (e->d_name[0] == '.') continue;
         const std::string base = std::string("/proc/self/task/") + e->d_name;
         std::ifstream comm(base + "/comm");
         std::string name;
         std::getline(comm, name);
-        if (name.rfind(prefix, 0) != 0) continue;
+        if (name.rfind(prefix, 0) == 0) dirs.push_back(base);
+    }
+    closedir(dir);
+    return dirs;
+}
+
+// The scheduler state letter of each such thread.
+std::vector<char> thread_states(const std::string &prefix) {
+    std::vector<char> states;
+    for (const std::string &base : thread_dirs(prefix)) {
         std::ifstream stat(base + "/stat");
         std::string line;
         std::getline(stat, line);
         const size_t paren = line.rfind(')');
         if (paren != std::string::npos && paren + 2 < line.size()) states.push_back(line[paren + 2]);
     }
-    closedir(dir);
     return states;
+}
+
+// How many times such threads have left a CPU, voluntarily (to sleep) or not: a sleeping worker that is woken
+// adds at least one.
+int64_t context_switches(const std::string &prefix) {
+    int64_t total = 0;
+    for (const std::string &base : thread_dirs(prefix)) {
+        std::ifstream status(base + "/status");
+        std::string line;
+        while (std::getline(status, line))
+            if (line.find("ctxt_switches:") != std::string::npos) total += std::stoll(line.substr(line.find(':') + 1));
+    }
+    return total;
 }
 
 }  // namespace
@@ -183,6 +204,61 @@ TEST_CASE("thread pool: run_available and parallel_for never wait for a worker t
     release.store(true);
     std::atomic<int> seen{0};
     REQUIRE(pool->run([&](int i) { seen.fetch_or(1 << i); }).is_ok());
+    CHECK(seen.load() == 7);
+}
+
+TEST_CASE("thread pool: run_alone and a single-chunk parallel_for run on the caller and wake no worker") {
+    // Work smaller than a hand-off (kMinParallelMacs) runs on the caller alone. The workers never spin (spin_ns 0)
+    // and each round starts after a pause long enough for them to be asleep in the kernel, so any job handed to
+    // them would show as a context switch of theirs.
+    ThreadPoolOptions o;
+    o.n_threads = 3;
+    o.spin_ns = 0;
+    o.name = "kt-alone";
+    std::unique_ptr<ThreadPool> pool;
+    REQUIRE(ThreadPool::create(o, &pool).is_ok());
+    std::vector<char> states;
+    for (int attempt = 0; attempt < 200; ++attempt) {
+        states = thread_states("kt-alone");
+        if (states.size() == 2 && states[0] == 'S' && states[1] == 'S') break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    REQUIRE(thread_states("kt-alone") == std::vector<char>{'S', 'S'});
+    const int64_t switches_before = context_switches("kt-alone");
+
+    const std::thread::id caller = std::this_thread::get_id();
+    int wrong = 0, covered = 0;
+    for (int round = 0; round < 200; ++round) {
+        std::this_thread::sleep_for(std::chrono::microseconds(500));
+        std::atomic<int> bad{0};
+        REQUIRE(pool->run_alone([&](int i) {
+            if (i != 0 || pool->current_thread_index() != 0 || std::this_thread::get_id() != caller) bad.fetch_add(1);
+        }).is_ok());
+        const int64_t n = 1 + round % 50;
+        std::vector<int> hits(static_cast<size_t>(n), 0);
+        REQUIRE(pool->parallel_for(n, 50 + round % 7, [&](int64_t b, int64_t e, int t) {
+            if (t != 0 || std::this_thread::get_id() != caller) bad.fetch_add(1);
+            for (int64_t i = b; i < e; ++i) ++hits[static_cast<size_t>(i)];
+        }).is_ok());
+        for (int h : hits) covered += h == 1;
+        wrong += bad.load();
+        covered -= static_cast<int>(n);
+    }
+    CHECK(wrong == 0);
+    CHECK(covered == 0);
+    CHECK(context_switches("kt-alone") == switches_before);
+    CHECK(pool->current_thread_index() == -1);
+
+    // Errors as in run(), and the pool stays usable (now the workers wake).
+    Status s = pool->run_alone([](int) { throw std::runtime_error("alone"); });
+    CHECK(s.code() == KT_STATUS_INTERNAL);
+    CHECK(s.message().find("alone") != std::string::npos);
+    std::atomic<int> nested_misuse{0}, seen{0};
+    REQUIRE(pool->run([&](int i) {
+        if (pool->run_alone([](int) {}).code() == KT_STATUS_MISUSE) nested_misuse.fetch_add(1);
+        seen.fetch_or(1 << i);
+    }).is_ok());
+    CHECK(nested_misuse.load() == 3);
     CHECK(seen.load() == 7);
 }
 

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -28,7 +29,8 @@ NumaBuffer::NumaBuffer(NumaBuffer &&other) noexcept
     : data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)),
       placement_(other.placement_),
-      node_(other.node_) {}
+      node_(other.node_),
+      heap_(other.heap_) {}
 
 NumaBuffer &NumaBuffer::operator=(NumaBuffer &&other) noexcept {
     if (this != &other) {
@@ -37,20 +39,32 @@ NumaBuffer &NumaBuffer::operator=(NumaBuffer &&other) noexcept {
         size_ = std::exchange(other.size_, 0);
         placement_ = other.placement_;
         node_ = other.node_;
+        heap_ = other.heap_;
     }
     return *this;
 }
 
 void NumaBuffer::release() {
-    if (data_) munmap(data_, size_);
+    if (data_) heap_ ? std::free(data_) : static_cast<void>(munmap(data_, size_));
     data_ = nullptr;
     size_ = 0;
 }
 
 Status NumaBuffer::allocate(size_t bytes, const Topology *topology, int node, NumaBuffer *out) {
     NumaBuffer b;
-    if (bytes > 0) {
-        const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const bool placed = topology && node >= 0;
+    if (bytes > 0 && bytes <= kHeapBytes && !placed) {
+        // A small buffer that no node was asked for comes from the C heap: as its own mapping it would cost a
+        // system call, a page fault per page and, when released, a TLB shootdown on every CPU the process runs on
+        // (a tiny model's load and free did about a hundred of each).
+        const size_t size = (bytes + page - 1) / page * page;
+        b.data_ = std::aligned_alloc(page, size);
+        KT_RETURN_IF(!b.data_, KT_STATUS_OUT_OF_MEMORY, "numa buffer: %zu bytes from the heap failed", size);
+        std::memset(b.data_, 0, size);  // zero-filled, as a fresh mapping is
+        b.size_ = size;
+        b.heap_ = true;
+    } else if (bytes > 0) {
         const bool huge = bytes >= kHugePageBytes;
         const size_t align = huge ? kHugePageBytes : page;
         KT_RETURN_IF(bytes > SIZE_MAX - 2 * align, KT_STATUS_OUT_OF_MEMORY, "numa buffer: %zu bytes", bytes);
@@ -70,7 +84,7 @@ Status NumaBuffer::allocate(size_t bytes, const Topology *topology, int node, Nu
         // THP: a hint; kernels without it (or with THP "never") keep 4 KiB pages, which is still correct.
         if (huge) madvise(b.data_, b.size_, MADV_HUGEPAGE);
     }
-    if (topology && node >= 0) {
+    if (placed) {
         b.node_ = node;
         b.placement_ = Placement::kFirstTouch;
         if (bytes > 0 && topology->can_bind_memory()) {

@@ -27,6 +27,8 @@ enum class Placement : int32_t {
 const char *placement_name(Placement p);
 
 inline constexpr size_t kHugePageBytes = size_t{2} << 20;
+// Buffers up to this size without a node come from the C heap, zeroed there (numa_buffer.cpp says why).
+inline constexpr size_t kHeapBytes = size_t{64} << 10;
 
 class NumaBuffer {
 public:
@@ -37,9 +39,9 @@ public:
     NumaBuffer(const NumaBuffer &) = delete;
     NumaBuffer &operator=(const NumaBuffer &) = delete;
 
-    // At least `bytes` bytes (0 gives an empty buffer), zero-filled by the kernel on first touch. Buffers of
-    // 2 MiB or more are 2 MiB aligned and THP-advised; smaller ones are page aligned. node < 0 or topology ==
-    // nullptr: no placement. The binding failure that leads to kFirstTouch is not an error (it is logged once).
+    // At least `bytes` bytes (0 gives an empty buffer), zero-filled. Buffers of 2 MiB or more are 2 MiB aligned
+    // and THP-advised; smaller ones are page aligned. node < 0 or topology == nullptr: no placement (and up to
+    // kHeapBytes, heap memory). The binding failure that leads to kFirstTouch is not an error (it is logged once).
     static Status allocate(size_t bytes, const Topology *topology, int node, NumaBuffer *out);
 
     void *data() const { return data_; }
@@ -58,6 +60,7 @@ private:
     size_t size_ = 0;
     Placement placement_ = Placement::kAnywhere;
     int node_ = -1;
+    bool heap_ = false;  // from std::aligned_alloc, not mmap
 };
 
 }  // namespace kt::mem

@@ -213,8 +213,10 @@ TEST_CASE("attention products: f32, bf16 and bf16x3 tiles equal the definition o
     const IsaLevel cap = kt::cpu::max_isa_level();
     const IsaLevel host = kt::cpu::host_isa_level();
     // GQA with head dims 64 and 128, ragged dims, and MLA as DeepSeek's absorbed form runs it: one KV head of the
-    // latent plus the RoPE dims (keys) and the latent alone (values), every query head on it.
-    for (const Shape sh : {Shape{8, 2, 64, 64}, Shape{4, 1, 128, 128}, Shape{6, 3, 80, 48}, Shape{16, 1, 96, 64}}) {
+    // latent plus the RoPE dims (keys) and the latent alone (values), every query head on it; and values of 13
+    // vectors of 16, which P·V takes in passes of every width it has (8, 4 and 1 on AVX-512).
+    for (const Shape sh : {Shape{8, 2, 64, 64}, Shape{4, 1, 128, 128}, Shape{6, 3, 80, 48}, Shape{16, 1, 96, 64},
+                           Shape{4, 2, 32, 208}}) {
         const float scale = 1.0f / std::sqrt(float(sh.Dk));
         // The long sequence (many chunks, several blocks) only where its cost is small: the best vector level.
         const bool ragged = sh.Dk % 32 != 0;

@@ -22,7 +22,16 @@ namespace {
 typedef float v16 __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
 constexpr int kLanes = 16;
-constexpr int kRowBlock = 8;  // query rows sharing each K tile load in Q·Kᵀ (8 accumulators + the tile row)
+// Independent accumulators per pass of Q·Kᵀ (query rows sharing each key vector) and of P·V (vectors of a row of
+// o sharing each probability): 8 in AVX-512's 32 registers; a 16-lane vector is two AVX2 registers (16 of them)
+// and four SSE2 ones (16), so fewer there.
+#if defined(__AVX512F__)
+constexpr int kAccumulators = 8;
+#elif defined(__AVX2__)
+constexpr int kAccumulators = 4;
+#else
+constexpr int kAccumulators = 2;
+#endif
 
 inline v16 splat(float x) { return v16{} + x; }
 
@@ -103,6 +112,32 @@ inline int32_t first_visible(const AttentionArgs &a, int64_t r) {
     return a.window > 0 ? std::max(0, a.visible[r] - a.window) : 0;
 }
 
+// p[i][0, 16) = scale · q[i] · k for NR query rows q[i] (leading dimension Dk) and the 16 keys of a converted tile
+// (kf: [Dk][16]). Full passes have no per-row condition, which left the compiler branches in the loop.
+template <int NR>
+inline void qk_rows(const float *q, int64_t Dk, const float *kf, float scale, float *p) {
+    v16 acc[NR] = {};
+    for (int64_t d = 0; d < Dk; ++d) {
+        const v16 kv = load(kf + d * kLanes);
+        for (int i = 0; i < NR; ++i) acc[i] += q[i * Dk + d] * kv;
+    }
+    for (int i = 0; i < NR; ++i) store(p + i * kLanes, acc[i] * scale);
+}
+
+// o[0, NV·16) = o · correction + Σ_c p[c] · v[c][0, NV·16), with c ascending for every element. Each of the NV
+// vectors has its own accumulator: looped one output vector at a time, P·V was one chain of dependent FMAs per
+// vector (4 cycles each on Zen 5) and took most of a prefill's f32 attention time.
+template <int NV>
+inline void pv_vectors(float *o, const float *v, int64_t v_ld, const float *p, int64_t seen, float correction) {
+    v16 acc[NV];
+    for (int j = 0; j < NV; ++j) acc[j] = load(o + j * kLanes) * correction;
+    for (int64_t c = 0; c < seen; ++c) {
+        const v16 pc = splat(p[c]);
+        for (int j = 0; j < NV; ++j) acc[j] += pc * load(v + c * v_ld + j * kLanes);
+    }
+    for (int j = 0; j < NV; ++j) store(o + j * kLanes, acc[j]);
+}
+
 inline void attend_f32(const AttentionArgs &a) {
     const int64_t R = a.rows, Dk = a.dk, Dv = a.dv;
     const size_t eb = elem_bytes(a.elem);
@@ -149,17 +184,13 @@ inline void attend_f32(const AttentionArgs &a) {
             }
         }
 
-        // S = scale · Q Kᵀ for the rows that see this tile, kRowBlock rows per pass over the tile.
-        for (int64_t r0 = 0; r0 < R; r0 += kRowBlock) {
-            const int64_t nr = std::min<int64_t>(kRowBlock, R - r0);
-            v16 acc[kRowBlock] = {};
-            const float *q0 = a.q + r0 * Dk;
-            for (int64_t d = 0; d < Dk; ++d) {
-                const v16 kv = load(kf + d * kLanes);
-                for (int64_t i = 0; i < kRowBlock; ++i) acc[i] += q0[(i < nr ? i : 0) * Dk + d] * kv;
-            }
-            for (int64_t i = 0; i < nr; ++i) store(p + (r0 + i) * kLanes, acc[i] * a.scale);
-        }
+        // S = scale · Q Kᵀ for every row, kAccumulators rows per pass over the tile.
+        int64_t r0 = 0;
+        for (; r0 + kAccumulators <= R; r0 += kAccumulators)
+            qk_rows<kAccumulators>(a.q + r0 * Dk, Dk, kf, a.scale, p + r0 * kLanes);
+        if constexpr (kAccumulators > 4)
+            for (; r0 + 4 <= R; r0 += 4) qk_rows<4>(a.q + r0 * Dk, Dk, kf, a.scale, p + r0 * kLanes);
+        for (; r0 < R; ++r0) qk_rows<1>(a.q + r0 * Dk, Dk, kf, a.scale, p + r0 * kLanes);
 
         // Online softmax: mask, new max, rescale, probabilities; then o += P V.
         for (int64_t r = 0; r < R; ++r) {
@@ -178,11 +209,12 @@ inline void attend_f32(const AttentionArgs &a) {
             float *orow = o + r * Dv;
             const float *pr = p + r * kLanes;
             if (dv_vectors) {
-                for (int64_t i = 0; i < Dv; i += kLanes) {
-                    v16 acc = load(orow + i) * correction;
-                    for (int64_t c = 0; c < seen; ++c) acc += pr[c] * load(vf + c * Dv + i);
-                    store(orow + i, acc);
-                }
+                int64_t i = 0;
+                for (; i + kAccumulators * kLanes <= Dv; i += kAccumulators * kLanes)
+                    pv_vectors<kAccumulators>(orow + i, vf + i, Dv, pr, seen, correction);
+                if constexpr (kAccumulators > 4)  // a head of 64 values
+                    for (; i + 4 * kLanes <= Dv; i += 4 * kLanes) pv_vectors<4>(orow + i, vf + i, Dv, pr, seen, correction);
+                for (; i < Dv; i += kLanes) pv_vectors<1>(orow + i, vf + i, Dv, pr, seen, correction);
             } else {
                 for (int64_t i = 0; i < Dv; ++i) {
                     float acc = orow[i] * correction;

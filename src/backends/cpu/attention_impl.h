@@ -113,15 +113,16 @@ inline int32_t first_visible(const AttentionArgs &a, int64_t r) {
 }
 
 // p[i][0, 16) = scale · q[i] · k for NR query rows q[i] (leading dimension Dk) and the 16 keys of a converted tile
-// (kf: [Dk][16]). Full passes have no per-row condition, which left the compiler branches in the loop.
+// (kf: [Dk][16]); p's rows are p_ld apart. Full passes have no per-row condition, which left the compiler branches
+// in the loop.
 template <int NR>
-inline void qk_rows(const float *q, int64_t Dk, const float *kf, float scale, float *p) {
+inline void qk_rows(const float *q, int64_t Dk, const float *kf, float scale, float *p, int64_t p_ld) {
     v16 acc[NR] = {};
     for (int64_t d = 0; d < Dk; ++d) {
         const v16 kv = load(kf + d * kLanes);
         for (int i = 0; i < NR; ++i) acc[i] += q[i * Dk + d] * kv;
     }
-    for (int i = 0; i < NR; ++i) store(p + i * kLanes, acc[i] * scale);
+    for (int i = 0; i < NR; ++i) store(p + i * p_ld, acc[i] * scale);
 }
 
 // o[0, NV·16) = o · correction + Σ_c p[c] · v[c][0, NV·16), with c ascending for every element. Each of the NV
@@ -138,7 +139,12 @@ inline void pv_vectors(float *o, const float *v, int64_t v_ld, const float *p, i
     for (int j = 0; j < NV; ++j) store(o + j * kLanes, acc[j]);
 }
 
+// The f32 products, a step of kF32StepPositions positions at a time (attention_kernels.h): each 16-key tile is
+// converted once for all rows, then every row takes its scores of the step through the online softmax and adds its
+// probabilities times the values to its output. Per row and step the softmax pays a fixed cost (the running max
+// and sum across lanes, the correction of the earlier output, o's loads and stores), which two tiles a step halve.
 inline void attend_f32(const AttentionArgs &a) {
+    constexpr int64_t kStep = kF32StepPositions, kTiles = kStep / kLanes;
     const int64_t R = a.rows, Dk = a.dk, Dv = a.dv;
     const size_t eb = elem_bytes(a.elem);
     int32_t max_visible = 0, min_first = INT32_MAX;
@@ -146,13 +152,14 @@ inline void attend_f32(const AttentionArgs &a) {
         max_visible = std::max(max_visible, a.visible[r]);
         min_first = std::min(min_first, first_visible(a, r));
     }
-    const int64_t n_tiles = (max_visible + kLanes - 1) / kLanes;
+    const int64_t n_steps = (max_visible + kStep - 1) / kStep;
 
-    // Scratch: K tile [Dk][16], V tile [16][Dv] (f32), scores/probabilities [R][16], per-row m and l, o [R][Dv].
+    // Scratch: K tiles [kTiles][Dk][16], values [kStep][Dv] (f32), scores/probabilities [R][kStep], per-row m and l,
+    // o [R][Dv].
     float *kf = a.scratch;
-    float *vf = kf + Dk * kLanes;
-    float *p = vf + kLanes * Dv;
-    float *m = p + R * kLanes;
+    float *vf = kf + kTiles * Dk * kLanes;
+    float *p = vf + kStep * Dv;
+    float *m = p + R * kStep;
     float *l = m + R;
     float *o = a.out;
     for (int64_t r = 0; r < R; ++r) {
@@ -161,53 +168,68 @@ inline void attend_f32(const AttentionArgs &a) {
         std::fill_n(o + r * Dv, Dv, 0.0f);
     }
     const bool dv_vectors = Dv % kLanes == 0;
+    v16i lane;
+    for (int i = 0; i < kLanes; ++i) lane[i] = i;
 
-    for (int64_t tile = min_first / kLanes; tile < n_tiles; ++tile) {
-        const int64_t pos0 = tile * kLanes;
-        const int64_t n_pos = std::min<int64_t>(kLanes, max_visible - pos0);
-        // Convert the tile once for all rows.
-        const uint8_t *block = a.base + static_cast<size_t>(a.blocks[pos0 / a.block_positions]) * a.block_stride;
-        const int64_t in_block = pos0 % a.block_positions;
-        const uint8_t *kt = block + a.k_offset + static_cast<size_t>(in_block * Dk) * eb;  // tile in_block / 16
-        for (int64_t d = 0; d < Dk; ++d) store(kf + d * kLanes, load16(a.elem, kt + static_cast<size_t>(d * kLanes) * eb));
-        const uint8_t *vr = block + a.v_offset + static_cast<size_t>(in_block * Dv) * eb;
-        for (int64_t c = 0; c < n_pos && a.v_in_k >= 0; ++c)  // the values are rows of the converted key tile
-            for (int64_t i = 0; i < Dv; ++i) vf[c * Dv + i] = kf[(a.v_in_k + i) * kLanes + c];
-        for (int64_t c = 0; c < n_pos && a.v_in_k < 0; ++c) {
-            int64_t i = 0;
-            for (; i + kLanes <= Dv; i += kLanes) store(vf + c * Dv + i, load16(a.elem, vr + static_cast<size_t>(c * Dv + i) * eb));
-            for (; i < Dv; ++i) {  // a ragged tail (Dv not a multiple of 16)
-                const uint8_t *e = vr + static_cast<size_t>(c * Dv + i) * eb;
-                vf[c * Dv + i] = a.elem == KvElem::kF32 ? *reinterpret_cast<const float *>(e)
-                                 : a.elem == KvElem::kF16 ? fp16_to_f32(*reinterpret_cast<const uint16_t *>(e))
-                                                          : bf16_to_f32(*reinterpret_cast<const uint16_t *>(e));
+    for (int64_t step = min_first / kStep; step < n_steps; ++step) {
+        const int64_t pos0 = step * kStep;
+        const int64_t n_pos = std::min<int64_t>(kStep, max_visible - pos0);
+        for (int64_t t = 0; t * kLanes < n_pos; ++t) {
+            // Convert the tile once for all rows.
+            const int64_t tile_pos = pos0 + t * kLanes, tile_n = std::min<int64_t>(kLanes, n_pos - t * kLanes);
+            const uint8_t *block = a.base + static_cast<size_t>(a.blocks[tile_pos / a.block_positions]) * a.block_stride;
+            const int64_t in_block = tile_pos % a.block_positions;
+            const uint8_t *kt = block + a.k_offset + static_cast<size_t>(in_block * Dk) * eb;  // tile in_block / 16
+            float *kft = kf + t * Dk * kLanes, *vft = vf + t * kLanes * Dv;
+            for (int64_t d = 0; d < Dk; ++d) store(kft + d * kLanes, load16(a.elem, kt + static_cast<size_t>(d * kLanes) * eb));
+            const uint8_t *vr = block + a.v_offset + static_cast<size_t>(in_block * Dv) * eb;
+            for (int64_t c = 0; c < tile_n && a.v_in_k >= 0; ++c)  // the values are rows of the converted key tile
+                for (int64_t i = 0; i < Dv; ++i) vft[c * Dv + i] = kft[(a.v_in_k + i) * kLanes + c];
+            for (int64_t c = 0; c < tile_n && a.v_in_k < 0; ++c) {
+                int64_t i = 0;
+                for (; i + kLanes <= Dv; i += kLanes) store(vft + c * Dv + i, load16(a.elem, vr + static_cast<size_t>(c * Dv + i) * eb));
+                for (; i < Dv; ++i) {  // a ragged tail (Dv not a multiple of 16)
+                    const uint8_t *e = vr + static_cast<size_t>(c * Dv + i) * eb;
+                    vft[c * Dv + i] = a.elem == KvElem::kF32 ? *reinterpret_cast<const float *>(e)
+                                      : a.elem == KvElem::kF16 ? fp16_to_f32(*reinterpret_cast<const uint16_t *>(e))
+                                                               : bf16_to_f32(*reinterpret_cast<const uint16_t *>(e));
+                }
             }
-        }
 
-        // S = scale · Q Kᵀ for every row, kAccumulators rows per pass over the tile.
-        int64_t r0 = 0;
-        for (; r0 + kAccumulators <= R; r0 += kAccumulators)
-            qk_rows<kAccumulators>(a.q + r0 * Dk, Dk, kf, a.scale, p + r0 * kLanes);
-        if constexpr (kAccumulators > 4)
-            for (; r0 + 4 <= R; r0 += 4) qk_rows<4>(a.q + r0 * Dk, Dk, kf, a.scale, p + r0 * kLanes);
-        for (; r0 < R; ++r0) qk_rows<1>(a.q + r0 * Dk, Dk, kf, a.scale, p + r0 * kLanes);
+            // S = scale · Q Kᵀ for every row, kAccumulators rows per pass over the tile.
+            float *pt = p + t * kLanes;
+            int64_t r0 = 0;
+            for (; r0 + kAccumulators <= R; r0 += kAccumulators)
+                qk_rows<kAccumulators>(a.q + r0 * Dk, Dk, kft, a.scale, pt + r0 * kStep, kStep);
+            if constexpr (kAccumulators > 4)
+                for (; r0 + 4 <= R; r0 += 4) qk_rows<4>(a.q + r0 * Dk, Dk, kft, a.scale, pt + r0 * kStep, kStep);
+            for (; r0 < R; ++r0) qk_rows<1>(a.q + r0 * Dk, Dk, kft, a.scale, pt + r0 * kStep, kStep);
+        }
 
         // Online softmax: mask, new max, rescale, probabilities; then o += P V.
         for (int64_t r = 0; r < R; ++r) {
-            const int64_t seen = std::min<int64_t>(a.visible[r] - pos0, kLanes);
-            const int64_t skip = first_visible(a, r) - pos0;  // lanes before the window
-            if (seen <= 0 || skip >= kLanes) continue;  // the whole tile is in this row's future or outside its window
-            v16 s = load(p + r * kLanes);
-            for (int64_t c = seen; c < kLanes; ++c) s[c] = -INFINITY;
-            for (int64_t c = 0; c < skip; ++c) s[c] = -INFINITY;
-            const float m_new = std::max(m[r], hmax(s));
+            const int64_t seen = std::min<int64_t>(a.visible[r] - pos0, kStep);
+            const int64_t skip = first_visible(a, r) - pos0;  // positions before the window
+            if (seen <= 0 || skip >= kStep) continue;  // the whole step is in this row's future or outside its window
+            const int64_t tiles = (seen + kLanes - 1) / kLanes;  // past them every lane is masked
+            float *pr = p + r * kStep;
+            v16 s[kTiles], top = splat(-INFINITY);
+            for (int64_t t = 0; t < tiles; ++t) {
+                const v16i at = lane + static_cast<int32_t>(t * kLanes);
+                s[t] = (at >= static_cast<int32_t>(skip)) & (at < static_cast<int32_t>(seen)) ? load(pr + t * kLanes) : splat(-INFINITY);
+                top = top > s[t] ? top : s[t];
+            }
+            const float m_new = std::max(m[r], hmax(top));
             const float correction = exp_nonpositive(splat(m[r] - m_new))[0];
-            const v16 e = exp_nonpositive(s - m_new);
-            store(p + r * kLanes, e);
-            l[r] = l[r] * correction + hsum(e);
+            v16 sum = {};
+            for (int64_t t = 0; t < tiles; ++t) {
+                const v16 e = exp_nonpositive(s[t] - m_new);
+                store(pr + t * kLanes, e);
+                sum += e;
+            }
+            l[r] = l[r] * correction + hsum(sum);
             m[r] = m_new;
             float *orow = o + r * Dv;
-            const float *pr = p + r * kLanes;
             if (dv_vectors) {
                 int64_t i = 0;
                 for (; i + kAccumulators * kLanes <= Dv; i += kAccumulators * kLanes)

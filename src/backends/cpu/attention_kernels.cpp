@@ -82,8 +82,9 @@ void attention_tile_gemm(const AttentionArgs &a, const uint8_t *packed, int64_t 
 
 size_t attention_scratch_floats(int64_t rows, int64_t dk, int64_t dv, Products products) {
     if (products != Products::kF32) return attention_tile_plan(rows, dk, dv, products).floats;
-    // K tile, V tile, scores, m, l; rounded up so that the caller can carve 64-byte aligned per-thread blocks.
-    const int64_t n = dk * kKeyTile + kKeyTile * dv + rows * kKeyTile + 2 * rows;
+    // A step's K tiles and values, scores, m, l; rounded up so that the caller can carve 64-byte aligned per-thread
+    // blocks.
+    const int64_t n = dk * kF32StepPositions + kF32StepPositions * dv + rows * kF32StepPositions + 2 * rows;
     return static_cast<size_t>(round_up(n, 16));
 }
 

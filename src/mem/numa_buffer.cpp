@@ -45,9 +45,13 @@ NumaBuffer &NumaBuffer::operator=(NumaBuffer &&other) noexcept {
 }
 
 void NumaBuffer::release() {
-    if (data_) heap_ ? std::free(data_) : static_cast<void>(munmap(data_, size_));
+    if (heap_)
+        std::free(data_);
+    else if (data_)
+        munmap(data_, size_);
     data_ = nullptr;
     size_ = 0;
+    heap_ = false;
 }
 
 Status NumaBuffer::allocate(size_t bytes, const Topology *topology, int node, NumaBuffer *out) {

@@ -216,7 +216,8 @@ inline void attend_f32(const AttentionArgs &a) {
             v16 s[kTiles], top = splat(-INFINITY);
             for (int64_t t = 0; t < tiles; ++t) {
                 const v16i at = lane + static_cast<int32_t>(t * kLanes);
-                s[t] = (at >= static_cast<int32_t>(skip)) & (at < static_cast<int32_t>(seen)) ? load(pr + t * kLanes) : splat(-INFINITY);
+                const v16i in_view = (at >= static_cast<int32_t>(skip)) & (at < static_cast<int32_t>(seen));
+                s[t] = in_view ? load(pr + t * kLanes) : splat(-INFINITY);
                 top = top > s[t] ? top : s[t];
             }
             const float m_new = std::max(m[r], hmax(top));

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "backends/cpu/attention_kernels.h"
 #include "core/fp16.h"
@@ -112,6 +113,17 @@ inline int32_t first_visible(const AttentionArgs &a, int64_t r) {
     return a.window > 0 ? std::max(0, a.visible[r] - a.window) : 0;
 }
 
+// Covers units [0, n) in passes: f(std::integral_constant<int, W>{}, first) for W = kAccumulators units at a time,
+// then 4 (AVX-512), then 1. Q·Kᵀ passes over query rows, P·V over 16-value vectors of a row of o.
+template <class F>
+inline void in_passes(int64_t n, F &&f) {
+    int64_t i = 0;
+    for (; i + kAccumulators <= n; i += kAccumulators) f(std::integral_constant<int, kAccumulators>{}, i);
+    if constexpr (kAccumulators > 4)
+        for (; i + 4 <= n; i += 4) f(std::integral_constant<int, 4>{}, i);
+    for (; i < n; ++i) f(std::integral_constant<int, 1>{}, i);
+}
+
 // p[i][0, 16) = scale · q[i] · k for NR query rows q[i] (leading dimension Dk) and the 16 keys of a converted tile
 // (kf: [Dk][16]); p's rows are p_ld apart. Full passes have no per-row condition, which left the compiler branches
 // in the loop.
@@ -198,12 +210,9 @@ inline void attend_f32(const AttentionArgs &a) {
 
             // S = scale · Q Kᵀ for every row, kAccumulators rows per pass over the tile.
             float *pt = p + t * kLanes;
-            int64_t r0 = 0;
-            for (; r0 + kAccumulators <= R; r0 += kAccumulators)
-                qk_rows<kAccumulators>(a.q + r0 * Dk, Dk, kft, a.scale, pt + r0 * kStep, kStep);
-            if constexpr (kAccumulators > 4)
-                for (; r0 + 4 <= R; r0 += 4) qk_rows<4>(a.q + r0 * Dk, Dk, kft, a.scale, pt + r0 * kStep, kStep);
-            for (; r0 < R; ++r0) qk_rows<1>(a.q + r0 * Dk, Dk, kft, a.scale, pt + r0 * kStep, kStep);
+            in_passes(R, [&](auto rows, int64_t r0) {
+                qk_rows<decltype(rows)::value>(a.q + r0 * Dk, Dk, kft, a.scale, pt + r0 * kStep, kStep);
+            });
         }
 
         // Online softmax: mask, new max, rescale, probabilities; then o += P V.
@@ -232,12 +241,9 @@ inline void attend_f32(const AttentionArgs &a) {
             m[r] = m_new;
             float *orow = o + r * Dv;
             if (dv_vectors) {
-                int64_t i = 0;
-                for (; i + kAccumulators * kLanes <= Dv; i += kAccumulators * kLanes)
-                    pv_vectors<kAccumulators>(orow + i, vf + i, Dv, pr, seen, correction);
-                if constexpr (kAccumulators > 4)  // a head of 64 values
-                    for (; i + 4 * kLanes <= Dv; i += 4 * kLanes) pv_vectors<4>(orow + i, vf + i, Dv, pr, seen, correction);
-                for (; i < Dv; i += kLanes) pv_vectors<1>(orow + i, vf + i, Dv, pr, seen, correction);
+                in_passes(Dv / kLanes, [&](auto vectors, int64_t v) {
+                    pv_vectors<decltype(vectors)::value>(orow + v * kLanes, vf + v * kLanes, Dv, pr, seen, correction);
+                });
             } else {
                 for (int64_t i = 0; i < Dv; ++i) {
                     float acc = orow[i] * correction;

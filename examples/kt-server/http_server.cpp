@@ -101,6 +101,14 @@ private:
 
 }  // namespace
 
+int HttpServer::bind(const std::string &host, int port) {
+    const int bound = port == 0 ? bind_to_any_port(host) : (bind_to_port(host, port) ? port : -1);
+    if (bound < 0) return -1;
+    // listen() on a socket that listens already sets its backlog (the kernel caps it at net.core.somaxconn).
+    if (::listen(svr_sock_, SOMAXCONN) != 0) return -1;
+    return bound;
+}
+
 void HttpServer::stop_accepting() {
     if (draining_.exchange(true)) return;
     // Wakes the accept() that httplib's listen loop blocks in; it then waits for the connection threads.

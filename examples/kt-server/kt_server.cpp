@@ -129,7 +129,7 @@ int main(int argc, char **argv) {
     ApiServer api(o, keys, request_log);
     api.install(&http);
 
-    const int port = o.port == 0 ? http.bind_to_any_port(o.host) : (http.bind_to_port(o.host, o.port) ? o.port : -1);
+    const int port = http.bind(o.host, o.port);
     if (port < 0) {
         std::fprintf(stderr, "kt-server: cannot listen on %s:%d\n", o.host.c_str(), o.port);
         return 1;

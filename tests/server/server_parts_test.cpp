@@ -1,11 +1,21 @@
-// The smaller parts of kt-server: the JSON of responses and stream chunks, the Prometheus exposition, and the
-// command line.
+// The smaller parts of kt-server: the JSON of responses and stream chunks, the Prometheus exposition, the
+// command line, and the listening socket.
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
+#include <vector>
 
+#include "http_server.h"
 #include "metrics.h"
 #include "openai_json.h"
 #include "server_options.h"
@@ -183,4 +193,38 @@ TEST_CASE("server options: defaults, every flag, and usage errors") {
         CHECK_FALSE(problem.empty());
         CHECK(problem != "help");
     }
+}
+
+TEST_CASE("the listening socket takes a burst of 64 connections before the first accept") {
+    // With httplib's backlog of 5 the kernel drops the SYNs of the 7th and later connections while nothing accepts,
+    // and their clients send them again only after a second: they could not complete within the half second here.
+    HttpServer http;
+    const int port = http.bind("127.0.0.1", 0);
+    REQUIRE(port > 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    std::vector<pollfd> clients;
+    for (int i = 0; i < 64; ++i) {
+        const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        REQUIRE(fd >= 0);
+        const int rc = ::connect(fd, reinterpret_cast<const sockaddr *>(&addr), sizeof addr);
+        REQUIRE((rc == 0 || errno == EINPROGRESS));
+        clients.push_back({fd, POLLOUT, 0});
+    }
+    int connected = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+    while (connected < 64 && std::chrono::steady_clock::now() < deadline) {
+        ::poll(clients.data(), clients.size(), 50);
+        connected = 0;
+        for (pollfd &c : clients) {
+            int error = -1;
+            socklen_t len = sizeof error;
+            if ((c.revents & POLLOUT) && ::getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 && error == 0)
+                ++connected;
+        }
+    }
+    for (pollfd &c : clients) ::close(c.fd);
+    CHECK(connected == 64);
 }

@@ -9,6 +9,9 @@ import OpenAI from "openai";
 import { startServer, waitForGauge } from "./server.mjs";
 
 const PARALLEL = 2;
+// Each test normally takes seconds (the soak about 20 on 2 busy cores): a stuck one fails after this, by name,
+// instead of ctest's timeout killing the run with nothing said.
+const LIMIT = { timeout: 300_000 };
 let server, client;
 
 before(async () => {
@@ -26,7 +29,7 @@ const chatBody = (i, extra = {}) => ({
 });
 
 describe("concurrency", () => {
-  test("16 streams on 2 sequences, 4 of them aborted after their first token; all others finish", async () => {
+  test("16 streams on 2 sequences, 4 of them aborted after their first token; all others finish", LIMIT, async () => {
     const N = 16;
     const results = await Promise.all(Array.from({ length: N }, async (_, i) => {
       const abort = i % 4 === 0;
@@ -37,18 +40,21 @@ describe("concurrency", () => {
       let text = "", finish = null;
       for await (const chunk of stream) {
         const delta = chunk.choices[0]?.delta?.content;
-        if (delta) {
-          text += delta;
-          if (abort) controller.abort();
-        }
+        if (delta) text += delta;
         finish = chunk.choices[0]?.finish_reason ?? finish;
+        // A client that gives up stops reading as it aborts. Reading on is no test of the server: chunks that
+        // arrived before the abort are still handed out (on a loaded host the whole answer can be among them),
+        // and the openai client's iterator, asked for more after an abort, has been seen to wait for ever.
+        if (abort && text) {
+          controller.abort();
+          break;
+        }
       }
       return { abort, text, finish };
     }));
     for (const r of results) {
       assert.ok(r.text.length > 0);
-      if (r.abort) assert.equal(r.finish, null);
-      else assert.equal(r.finish, "length");
+      if (!r.abort) assert.equal(r.finish, "length");
     }
     await waitForGauge(server, "kt_requests_running", 0);
     await waitForGauge(server, "kt_requests_queued", 0);
@@ -57,7 +63,7 @@ describe("concurrency", () => {
     assert.ok(["stop", "length"].includes(r.choices[0].finish_reason));
   });
 
-  test("a full queue answers 503 with Retry-After; the others are served", async () => {
+  test("a full queue answers 503 with Retry-After; the others are served", LIMIT, async () => {
     const small = await startServer(["-np", "1", "--queue", "1"]);
     try {
       const body = JSON.stringify(chatBody(1, { max_tokens: 400, ignore_eos: true }));
@@ -84,7 +90,7 @@ describe("concurrency", () => {
 });
 
 describe("soak", () => {
-  test("2,000 requests: every one answered, resident memory flat within 5 %", async () => {
+  test("2,000 requests: every one answered, resident memory flat within 5 %", LIMIT, async () => {
     const CONCURRENCY = 8;
     let next = 0, done = 0;
     const failures = [];

@@ -3,7 +3,6 @@
 #include <catch2/catch.hpp>
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>

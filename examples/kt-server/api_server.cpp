@@ -532,11 +532,14 @@ struct Handlers {
         return ok;
     }
 
-    // Errors httplib produces itself (404, 413 for a body over the limit, 400 for a malformed request line) get
-    // the OpenAI shape too.
+    // Errors httplib produces itself (404, 413 for a body over the limit, 400 for a malformed request line or a
+    // request cut short by its deadline) get the OpenAI shape too.
     httplib::Server::HandlerResponse on_error(const httplib::Request &req, httplib::Response &res) {
         if (!res.body.empty() || res.status == 499) return httplib::Server::HandlerResponse::Unhandled;
-        if (res.status == 413) {
+        if (HttpServer::request_timed_out()) {
+            send_error(res, ApiError{408, "invalid_request_error", api.http_->request_timeout_message(), "",
+                                     "request_timeout"});
+        } else if (res.status == 413) {
             send_error(res, ApiError{413, "invalid_request_error",
                                      "the request body is larger than the server's limit of " +
                                          std::to_string(api.options_.body_limit) + " bytes",
@@ -602,6 +605,7 @@ void ApiServer::install(HttpServer *http) {
     });
     http->set_logger([h](const httplib::Request &req, const httplib::Response &res) { h->log(req, res); });
     http->set_payload_max_length(options_.body_limit);
+    http->set_request_timeout(options_.request_timeout);
 
     http->Post("(?:/v1)?/chat/completions", [h](const httplib::Request &req, httplib::Response &res) {
         h->generate(req, res, Endpoint::kChat);

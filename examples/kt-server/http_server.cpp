@@ -52,23 +52,37 @@ void address_of(int fd, bool peer, std::string &ip, int &port) {
     ip = text;
 }
 
-// A blocking socket with httplib's read and write timeouts and a read buffer (httplib reads request lines one
-// byte at a time).
+// A blocking socket with httplib's read and write timeouts, a read buffer (httplib reads request lines one byte at
+// a time), and the deadline of the request being read (HttpServer::set_request_timeout).
 class SocketStream final : public httplib::Stream {
 public:
+    using Clock = std::chrono::steady_clock;
+
     SocketStream(int fd, int read_timeout_ms, int write_timeout_ms)
         : fd_(fd), read_timeout_ms_(read_timeout_ms), write_timeout_ms_(write_timeout_ms), buffer_(4096) {}
 
-    bool is_readable() const override { return buffered() > 0 || wait_for(fd_, POLLIN, read_timeout_ms_) == 1; }
+    // A request begins (its first byte is readable): its deadline is `seconds` from now (0: none), extended as its
+    // bytes arrive.
+    void begin_request(int seconds) {
+        has_deadline_ = seconds > 0;
+        deadline_ = Clock::now() + std::chrono::seconds(seconds);
+        timed_out_ = false;
+        written_ = 0;
+    }
+    bool timed_out() const { return timed_out_; }
+    size_t written() const { return written_; }
+
+    bool is_readable() const override { return buffered() > 0 || wait_readable(); }
     bool is_writable() const override { return wait_for(fd_, POLLOUT, write_timeout_ms_) == 1; }
 
     ssize_t read(char *ptr, size_t size) override {
         if (buffered() == 0) {
-            if (wait_for(fd_, POLLIN, read_timeout_ms_) != 1) return -1;
+            if (!wait_readable()) return -1;
             ssize_t n;
             do n = ::recv(fd_, buffer_.data(), buffer_.size(), 0);
             while (n < 0 && errno == EINTR);
             if (n <= 0) return n;
+            if (has_deadline_) deadline_ += std::chrono::nanoseconds(n * int64_t{1000000000} / HttpServer::kRequestMinRate);
             begin_ = 0;
             end_ = static_cast<size_t>(n);
         }
@@ -83,6 +97,7 @@ public:
         ssize_t n;
         do n = ::send(fd_, ptr, size, MSG_NOSIGNAL);
         while (n < 0 && errno == EINTR);
+        if (n > 0) written_ += static_cast<size_t>(n);
         return n;
     }
 
@@ -93,11 +108,35 @@ public:
     size_t buffered() const { return end_ - begin_; }
 
 private:
+    // Waits for bytes for up to the read timeout, and not past the request's deadline; a wait that the deadline
+    // cut short marks the request timed out.
+    bool wait_readable() const {
+        int64_t timeout_ms = read_timeout_ms_;
+        bool deadline_bounds = false;
+        if (has_deadline_) {
+            const int64_t left = std::chrono::ceil<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
+            if (left <= timeout_ms) {
+                timeout_ms = std::max<int64_t>(left, 0);
+                deadline_bounds = true;
+            }
+        }
+        const int ready = timeout_ms > 0 ? wait_for(fd_, POLLIN, static_cast<int>(timeout_ms)) : 0;
+        if (ready == 0 && deadline_bounds) timed_out_ = true;
+        return ready == 1;
+    }
+
     int fd_;
     int read_timeout_ms_, write_timeout_ms_;
     std::vector<char> buffer_;
     size_t begin_ = 0, end_ = 0;
+    bool has_deadline_ = false;
+    Clock::time_point deadline_;
+    mutable bool timed_out_ = false;
+    size_t written_ = 0;
 };
+
+// The stream of the connection this thread is serving (nullptr: none).
+thread_local const SocketStream *t_stream = nullptr;
 
 }  // namespace
 
@@ -125,12 +164,20 @@ bool HttpServer::peer_closed() {
     return ::recv(t_socket, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
+bool HttpServer::request_timed_out() { return t_stream && t_stream->timed_out(); }
+
+std::string HttpServer::request_timeout_message() const {
+    return "the request did not arrive within its time: " + std::to_string(request_timeout_sec_) +
+           " s from its first byte, plus 1 s for every " + std::to_string(kRequestMinRate >> 10) + " KiB sent";
+}
+
 bool HttpServer::process_and_close_socket(socket_t sock) {
     t_socket = sock;
     // Tokens go out as small writes; Nagle's algorithm would hold each one back for the previous one's ACK.
     const int one = 1;
     ::setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     SocketStream stream(sock, to_ms(read_timeout_sec_, read_timeout_usec_), to_ms(write_timeout_sec_, write_timeout_usec_));
+    t_stream = &stream;
 
     // Waits for the next request of a keep-alive connection, giving up when the connection idles past the
     // keep-alive timeout or the server drains.
@@ -152,6 +199,7 @@ bool HttpServer::process_and_close_socket(socket_t sock) {
         if (!first && !next_request()) break;
         if (first && wait_for(sock, POLLIN, to_ms(read_timeout_sec_, read_timeout_usec_)) != 1) break;
         first = false;
+        stream.begin_request(request_timeout_sec_);
         bool connection_closed = false;
         try {
             ok = process_request(stream, remaining == 1 || draining_, connection_closed, nullptr);
@@ -160,11 +208,25 @@ bool HttpServer::process_and_close_socket(socket_t sock) {
             // providers, the logger), which runs outside that: the connection ends, never the process.
             ok = false;
         }
+        if (stream.timed_out()) {
+            // httplib answers a request cut short in its headers or body (400, which the error handler can make a
+            // 408: request_timed_out()), but not one cut short in its request line.
+            if (stream.written() == 0) {
+                const std::string body = request_timeout_message() + "\n";
+                const std::string response = "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n"
+                                             "Content-Type: text/plain\r\nContent-Length: " +
+                                             std::to_string(body.size()) + "\r\n\r\n" + body;
+                stream.write(response.data(), response.size());
+            }
+            ok = false;
+            break;
+        }
         if (!ok || connection_closed) break;
     }
     ::shutdown(sock, SHUT_RDWR);
     ::close(sock);
     t_socket = -1;
+    t_stream = nullptr;
     return ok;
 }
 

@@ -21,6 +21,8 @@ const char *server_usage() {
            "  -t, --threads N           compute threads (default: one per physical core)\n"
            "      --queue N             requests that may wait for a sequence (default 64); more get 503\n"
            "      --body-limit BYTES    largest request body (default 8388608); larger get 413\n"
+           "      --request-timeout S   seconds a client has to send a whole request, plus 1 s per 16 KiB it sends\n"
+           "                            (default 30; 0: no limit); later ones get 408\n"
            "      --cors-origin ORIGIN  allow browser pages from ORIGIN ('*' for any; repeatable)\n"
            "      --request-log FILE    one line per request ('-': standard error)\n"
            "      --chat-template NAME  a built-in template (chatml, llama3, deepseek3, mistral) or one the model\n"
@@ -87,6 +89,7 @@ std::string parse_server_options(int argc, const char *const *argv, ServerOption
         } else if (a == "-t" || a == "--threads") problem = integer(0, 4096, &o.threads);
         else if (a == "--queue") problem = integer(0, 1 << 20, &o.queue);
         else if (a == "--body-limit") problem = integer(64, INT64_MAX, &o.body_limit);
+        else if (a == "--request-timeout") problem = integer(0, 24 * 3600, &o.request_timeout);
         else if (a == "--cors-origin") o.cors_origins.push_back(v);
         else if (a == "--request-log") o.request_log = v;
         else if (a == "--chat-template") o.chat_template = v;

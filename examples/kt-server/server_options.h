@@ -23,6 +23,7 @@ struct ServerOptions {
     int32_t threads = 0;                 // 0: one per physical core
     int32_t queue = 64;                  // requests waiting beyond the running ones; more get 503
     uint64_t body_limit = 8u << 20;      // bytes; larger bodies get 413
+    int32_t request_timeout = 30;        // seconds to send a request (+1 s per 16 KiB); later: 408. 0: no limit
     std::vector<std::string> cors_origins;  // "*" or exact origins; none: no CORS headers
     std::string request_log;             // "": none; "-": standard error; else a file appended to
     std::string chat_template;           // a built-in family or a template the model names; "": the model's

@@ -131,6 +131,7 @@ TEST_CASE("server options: defaults, every flag, and usage errors") {
     CHECK(o.port == 8080);
     CHECK(o.parallel == 4);
     CHECK(o.http_threads == 2 * (4 + 64) + 8);
+    CHECK(o.request_timeout == 30);
     CHECK(o.sampling.temperature == Approx(0.8f));  // kt_sampler_params_init's
     CHECK(o.load.struct_size == sizeof(kt_model_params));  // kt_model_params_init's
     CHECK(o.load.pack_cache == 0);
@@ -138,7 +139,8 @@ TEST_CASE("server options: defaults, every flag, and usage errors") {
 
     REQUIRE(parse({"-m", "x.gguf", "--host", "0.0.0.0", "--port", "0", "--api-key", "k1", "--api-key", "k2",
                    "--api-key-file", "keys.txt", "--alias", "my-model", "-np", "8", "-c", "2048", "--kv-budget", "64",
-                   "--kv-type", "q8_0", "-t", "2", "--queue", "3", "--body-limit", "1000", "--cors-origin", "*",
+                   "--kv-type", "q8_0", "-t", "2", "--queue", "3", "--body-limit", "1000", "--request-timeout", "0",
+                   "--cors-origin", "*",
                    "--request-log", "-", "--chat-template", "chatml", "-n", "50", "--ping-ms", "10",
                    "--drain-seconds", "5", "--http-threads", "12", "--temp", "0", "--seed", "9",
                    "--pack-cache", "/tmp/x.ktpack", "--device", "standin", "--device-budget", "3M",
@@ -158,6 +160,7 @@ TEST_CASE("server options: defaults, every flag, and usage errors") {
     CHECK(o.threads == 2);
     CHECK(o.queue == 3);
     CHECK(o.body_limit == 1000);
+    CHECK(o.request_timeout == 0);
     CHECK(o.cors_origins == std::vector<std::string>{"*"});
     CHECK(o.request_log == "-");
     CHECK(o.chat_template == "chatml");
@@ -184,6 +187,7 @@ TEST_CASE("server options: defaults, every flag, and usage errors") {
     for (std::vector<const char *> bad : std::vector<std::vector<const char *>>{
              {"--port"}, {"--port", "70000"}, {"--port", "80x"}, {"-np", "0"}, {"--kv-type", "q4_0"},
              {"--frobnicate", "1"}, {"--api-key", ""}, {"-n", "0"}, {"--temp", "warm"}, {"--body-limit", "10"},
+             {"--request-timeout", "-1"}, {"--request-timeout", "86401"},
              {"--pack-cache", ""}, {"--device", "tpu"}, {"--device", "cuda:x"}, {"--device-budget", "lots"},
              {"--device-experts", "-1"}, {"--device-deferred", "-2"}, {"--device-deferred", "1x"},
              {"--device-prefill", "-1"}, {"--device-prefill", "3000000000"}}) {

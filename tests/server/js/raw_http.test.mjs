@@ -1,7 +1,9 @@
 // kt-server's bytes on the wire, read with curl: the SSE framing, the headers a reverse proxy needs, pings while
-// a request waits, CORS, and the drain on SIGTERM. No npm packages: node and curl only.
+// a request waits, CORS, the drain on SIGTERM, and clients too slow to send their requests. No npm packages: node
+// and curl only.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
+import net from "node:net";
 import { after, before, describe, test } from "node:test";
 
 import { post, startServer, waitForGauge } from "./server.mjs";
@@ -137,5 +139,94 @@ describe("SIGTERM", () => {
     assert.equal(chunks.at(-2).choices[0].finish_reason, "length");
     assert.ok(chunks.at(-1).usage.completion_tokens < 480, `${chunks.at(-1).usage.completion_tokens} tokens`);
     assert.equal((await own.exited).code, 0, own.stderr);
+  });
+});
+
+// A raw connection that writes `first`, then `piece` every `everyMs` until `forMs` have passed (then it ends its
+// side). Resolves with what the server sent and when (ms after `first`) the server closed the connection.
+function slowClient(port, first, piece, everyMs, forMs) {
+  return new Promise((resolve) => {
+    const sock = net.connect(port, "127.0.0.1");
+    const start = Date.now();
+    let got = "", timer = null;
+    sock.setEncoding("utf8");
+    sock.on("connect", () => {
+      sock.write(first);
+      timer = setInterval(() => {
+        if (Date.now() - start < forMs) sock.write(piece);
+        else sock.end();
+      }, everyMs);
+    });
+    sock.on("data", (t) => { got += t; });
+    sock.on("error", () => {});  // writing after the server closed: EPIPE or ECONNRESET
+    sock.on("close", () => { clearInterval(timer); resolve({ got, ms: Date.now() - start }); });
+  });
+}
+
+describe("clients too slow to send a request", () => {
+  // One connection thread: a client that trickles its headers would hold it, and every other client would wait,
+  // for as long as it keeps trickling (httplib bounds each read, not the request).
+  test("one that trickles its headers gets 408 at its deadline, and the others are served meanwhile", async () => {
+    const own = await startServer(["--request-timeout", "1", "--http-threads", "1"]);
+    try {
+      const slow = slowClient(own.port, "GET /health HTTP/1.1\r\nHost: x\r\n", "X-Slow: 1\r\n", 200, 8000);
+      await new Promise((r) => setTimeout(r, 200));
+      const t0 = Date.now();
+      const health = await fetch(own.url + "/health");
+      assert.equal(health.status, 200);
+      assert.ok(Date.now() - t0 < 5000, `the other client waited ${Date.now() - t0} ms`);
+      const { got, ms } = await slow;
+      assert.ok(ms < 5000, `the trickling client held its connection for ${ms} ms`);
+      assert.match(got, /^HTTP\/1\.1 408 /);
+      const error = JSON.parse(got.slice(got.indexOf("\r\n\r\n") + 4)).error;
+      assert.equal(error.code, "request_timeout");
+      assert.match(error.message, /within its time: 1 s from its first byte/);
+    } finally {
+      await own.stop();
+    }
+  });
+
+  test("one that never finishes its request line gets a bare 408", async () => {
+    const own = await startServer(["--request-timeout", "1"]);
+    try {
+      const { got, ms } = await slowClient(own.port, "GET /hea", "a", 200, 8000);
+      assert.ok(ms < 5000, `held for ${ms} ms`);
+      assert.match(got, /^HTTP\/1\.1 408 Request Timeout\r\n/);
+      assert.match(got, /Connection: close/);
+    } finally {
+      await own.stop();
+    }
+  });
+
+  test("a body that keeps coming at a modest rate is read to its end, past the bare deadline", async () => {
+    const own = await startServer(["--request-timeout", "1"]);
+    try {
+      // 96 KiB in 8 KiB pieces every 150 ms: 1.8 s, with 6 s of deadline earned by 16 KiB/s.
+      const text = "and the earth was without form ".repeat(3200).slice(0, 96 * 1024 - 40);
+      const body = Buffer.from(JSON.stringify({ content: text }));
+      const head = `POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n` +
+        `Content-Length: ${body.length}\r\n\r\n`;
+      const { got, ms } = await new Promise((resolve) => {
+        const sock = net.connect(own.port, "127.0.0.1");
+        const start = Date.now();
+        let reply = "", sent = 0;
+        sock.setEncoding("utf8");
+        sock.on("connect", () => {
+          sock.write(head);
+          const timer = setInterval(() => {
+            sock.write(body.subarray(sent, sent + 8192));
+            sent += 8192;
+            if (sent >= body.length) clearInterval(timer);
+          }, 150);
+        });
+        sock.on("data", (t) => { reply += t; });
+        sock.on("close", () => resolve({ got: reply, ms: Date.now() - start }));
+      });
+      assert.ok(ms > 1500, `answered after ${ms} ms: the body was not read slowly`);
+      assert.match(got, /^HTTP\/1\.1 200 /, got.slice(0, 300));
+      assert.ok(JSON.parse(got.slice(got.indexOf("\r\n\r\n") + 4)).tokens.length > 1000);
+    } finally {
+      await own.stop();
+    }
   });
 });

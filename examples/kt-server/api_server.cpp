@@ -536,9 +536,10 @@ struct Handlers {
     // request cut short by its deadline) get the OpenAI shape too.
     httplib::Server::HandlerResponse on_error(const httplib::Request &req, httplib::Response &res) {
         if (!res.body.empty() || res.status == 499) return httplib::Server::HandlerResponse::Unhandled;
-        if (HttpServer::request_timed_out()) {
+        if (HttpServer::request_timed_out()) {  // the connection closes after this answer
             send_error(res, ApiError{408, "invalid_request_error", api.http_->request_timeout_message(), "",
                                      "request_timeout"});
+            res.set_header("Connection", "close");
         } else if (res.status == 413) {
             send_error(res, ApiError{413, "invalid_request_error",
                                      "the request body is larger than the server's limit of " +

@@ -178,6 +178,7 @@ describe("clients too slow to send a request", () => {
       const { got, ms } = await slow;
       assert.ok(ms < 5000, `the trickling client held its connection for ${ms} ms`);
       assert.match(got, /^HTTP\/1\.1 408 /);
+      assert.match(got, /\r\nConnection: close\r\n/);
       const error = JSON.parse(got.slice(got.indexOf("\r\n\r\n") + 4)).error;
       assert.equal(error.code, "request_timeout");
       assert.match(error.message, /within its time: 1 s from its first byte/);

@@ -142,19 +142,22 @@ describe("SIGTERM", () => {
   });
 });
 
-// A raw connection that writes `first`, then `piece` every `everyMs` until `forMs` have passed (then it ends its
-// side). Resolves with what the server sent and when (ms after `first`) the server closed the connection.
-function slowClient(port, first, piece, everyMs, forMs) {
+// A raw connection that writes `first`, then every `everyMs` the piece that next(i, ms) returns for the i-th tick, ms
+// after `first`, until it returns null (then it ends its side). Resolves with what the server sent and when (ms
+// after `first`) the server closed the connection.
+function slowClient(port, first, next, everyMs) {
   return new Promise((resolve) => {
     const sock = net.connect(port, "127.0.0.1");
     const start = Date.now();
-    let got = "", timer = null;
+    let got = "", timer = null, tick = 0;
     sock.setEncoding("utf8");
     sock.on("connect", () => {
       sock.write(first);
       timer = setInterval(() => {
-        if (Date.now() - start < forMs) sock.write(piece);
-        else sock.end();
+        const piece = next(tick++, Date.now() - start);
+        if (piece !== null) return void sock.write(piece);
+        clearInterval(timer);
+        sock.end();
       }, everyMs);
     });
     sock.on("data", (t) => { got += t; });
@@ -163,13 +166,16 @@ function slowClient(port, first, piece, everyMs, forMs) {
   });
 }
 
+// For slowClient: `piece` again and again for `forMs`.
+const repeatFor = (piece, forMs) => (_, ms) => (ms < forMs ? piece : null);
+
 describe("clients too slow to send a request", () => {
   // One connection thread: a client that trickles its headers would hold it, and every other client would wait,
   // for as long as it keeps trickling (httplib bounds each read, not the request).
   test("one that trickles its headers gets 408 at its deadline, and the others are served meanwhile", async () => {
     const own = await startServer(["--request-timeout", "1", "--http-threads", "1"]);
     try {
-      const slow = slowClient(own.port, "GET /health HTTP/1.1\r\nHost: x\r\n", "X-Slow: 1\r\n", 200, 8000);
+      const slow = slowClient(own.port, "GET /health HTTP/1.1\r\nHost: x\r\n", repeatFor("X-Slow: 1\r\n", 8000), 200);
       await new Promise((r) => setTimeout(r, 200));
       const t0 = Date.now();
       const health = await fetch(own.url + "/health");
@@ -190,7 +196,7 @@ describe("clients too slow to send a request", () => {
   test("one that never finishes its request line gets a bare 408", async () => {
     const own = await startServer(["--request-timeout", "1"]);
     try {
-      const { got, ms } = await slowClient(own.port, "GET /hea", "a", 200, 8000);
+      const { got, ms } = await slowClient(own.port, "GET /hea", repeatFor("a", 8000), 200);
       assert.ok(ms < 5000, `held for ${ms} ms`);
       assert.match(got, /^HTTP\/1\.1 408 Request Timeout\r\n/);
       assert.match(got, /Connection: close/);
@@ -207,22 +213,8 @@ describe("clients too slow to send a request", () => {
       const body = Buffer.from(JSON.stringify({ content: text }));
       const head = `POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n` +
         `Content-Length: ${body.length}\r\n\r\n`;
-      const { got, ms } = await new Promise((resolve) => {
-        const sock = net.connect(own.port, "127.0.0.1");
-        const start = Date.now();
-        let reply = "", sent = 0;
-        sock.setEncoding("utf8");
-        sock.on("connect", () => {
-          sock.write(head);
-          const timer = setInterval(() => {
-            sock.write(body.subarray(sent, sent + 8192));
-            sent += 8192;
-            if (sent >= body.length) clearInterval(timer);
-          }, 150);
-        });
-        sock.on("data", (t) => { reply += t; });
-        sock.on("close", () => resolve({ got: reply, ms: Date.now() - start }));
-      });
+      const piece = (i) => (i * 8192 < body.length ? body.subarray(i * 8192, (i + 1) * 8192) : null);
+      const { got, ms } = await slowClient(own.port, head, piece, 150);
       assert.ok(ms > 1500, `answered after ${ms} ms: the body was not read slowly`);
       assert.match(got, /^HTTP\/1\.1 200 /, got.slice(0, 300));
       assert.ok(JSON.parse(got.slice(got.indexOf("\r\n\r\n") + 4)).tokens.length > 1000);

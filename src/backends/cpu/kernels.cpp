@@ -7,6 +7,7 @@
 
 #include "backends/cpu/amx/amx_gemm.h"
 #include "backends/cpu/kernels_detail.h"
+#include "backends/cpu/prefetch_target.h"
 
 namespace kt::cpu {
 
@@ -45,18 +46,20 @@ void count_gemm(const GemmActs &a, IsaLevel level, const PackedMatrix &w, int64_
 }
 
 namespace simd {
-bool g_avx512_prefetch_l2 = false;  // declared in simd_avx512.h
+PrefetchTarget g_avx512_prefetch = PrefetchTarget::kL1;  // declared in prefetch_target.h
 }  // namespace simd
 
 namespace {
 
 // Where the AVX-512 kernels' software prefetches go (simd_avx512.h says what each choice measured): L1 on Zen 5
-// (AMD family 26) and later, L2 only elsewhere (Intel, Zen 4); KT_PREFETCH=l1 or l2 chooses.
-bool prefetch_to_l2(const CpuFeatures &f) {
+// (AMD family 26) and later, L2 only elsewhere (Intel, Zen 4); KT_PREFETCH=l1, l1nta or l2 chooses.
+simd::PrefetchTarget prefetch_target(const CpuFeatures &f) {
     const char *env = std::getenv("KT_PREFETCH");
-    if (env && std::strcmp(env, "l1") == 0) return false;
-    if (env && std::strcmp(env, "l2") == 0) return true;
-    return !(f.vendor == "AuthenticAMD" && f.family >= 26);
+    if (env && std::strcmp(env, "l1") == 0) return simd::PrefetchTarget::kL1;
+    if (env && std::strcmp(env, "l1nta") == 0) return simd::PrefetchTarget::kL1StreamNta;
+    if (env && std::strcmp(env, "l2") == 0) return simd::PrefetchTarget::kL2;
+    const bool zen5_or_later = f.vendor == "AuthenticAMD" && f.family >= 26;
+    return zen5_or_later ? simd::PrefetchTarget::kL1 : simd::PrefetchTarget::kL2;
 }
 
 enum SetIndex { kScalarSet, kAvx2Set, kAvx512Set, kAvx512VnniSet, kAvx512Bf16Set, kAvx512VnniBf16Set, kAmxSet, kSetCount };
@@ -90,7 +93,7 @@ const Sets &all_sets() {
         }
 
         const bool avx512 = static_cast<int>(host) >= static_cast<int>(IsaLevel::kAvx512);
-        simd::g_avx512_prefetch_l2 = prefetch_to_l2(f);
+        simd::g_avx512_prefetch = prefetch_target(f);
         const char *names[4] = {"avx512", "avx512-vnni", "avx512-bf16", "avx512-vnni-bf16"};
         for (int v = 0; v < 4; ++v) {
             const bool vnni = v & 1, bf16 = v & 2;

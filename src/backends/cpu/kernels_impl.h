@@ -196,9 +196,11 @@ struct Kernels {
                     share[i].next();  // share[i].lo: the bytes of the panel read once tile s is done
                     const int64_t to = (p * tp.per_panel[i] + share[i].lo + tp.ahead[i] + 63) / 64;
                     const int64_t end_line = (tp.end[i] + 63) / 64, in_end = std::min(to, end_line);
-                    for (const uint8_t *q = tp.base[i] + done[i] * 64; q < tp.base[i] + in_end * 64; q += 64) S::prefetch(q);
+                    for (const uint8_t *q = tp.base[i] + done[i] * 64; q < tp.base[i] + in_end * 64; q += 64)
+                        S::prefetch_stream(q);
                     if (i == 0 && tp.next)  // the tiles go on into the caller's next weights
-                        for (int64_t l = std::max(done[i], end_line); l < to; ++l) S::prefetch(tp.next + (l - end_line) * 64);
+                        for (int64_t l = std::max(done[i], end_line); l < to; ++l)
+                            S::prefetch_stream(tp.next + (l - end_line) * 64);
                     done[i] = std::max(done[i], to);
                 }
             } else if (tp.mode == TilePrefetch::Mode::kNextPanel && s >= tp.lo && s < tp.hi) {

@@ -160,6 +160,8 @@ struct Avx2 {
     __attribute__((always_inline)) static void prefetch(const void *p) {
         _mm_prefetch(static_cast<const char *>(p), _MM_HINT_T1);
     }
+    // A line of a stream read once (see Avx512::prefetch_stream): here as any other.
+    __attribute__((always_inline)) static void prefetch_stream(const void *p) { prefetch(p); }
 };
 
 }  // namespace kt::cpu::simd

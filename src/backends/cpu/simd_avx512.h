@@ -10,11 +10,9 @@
 #include <cstdint>
 #include <cstring>
 
-namespace kt::cpu::simd {
+#include "backends/cpu/prefetch_target.h"
 
-// Whether the AVX-512 kernels prefetch into L2 only (true) or into L1 (false): see Avx512::prefetch. Written once,
-// while kernels.cpp builds the kernel sets, before any kernel can run; KT_PREFETCH=l1 or l2 overrides the choice.
-extern bool g_avx512_prefetch_l2;
+namespace kt::cpu::simd {
 
 template <bool kVnni, bool kBf16>
 struct Avx512 {
@@ -182,7 +180,7 @@ struct Avx512 {
         }
     }
     // Brings the cache line at p into L1 (and L2) ahead of use, or into L2 only where that streams faster
-    // (g_avx512_prefetch_l2). Zen 5, one core, one-token GEMV (bench_gemm BM_gemv_stream): into L1 went from 34 to
+    // (PrefetchTarget::kL2). Zen 5, one core, one-token GEMV (bench_gemm BM_gemv_stream): into L1 went from 34 to
     // 42 GB/s for INT4, 40 to 41 for Q4_K, 36.5 to 37.7 for Q6_K, with prefill rates unchanged. An Intel Xeon with
     // AMX, 2 threads, one-token expert pool (kt-expert-bench, bench/results/amx_quiet.md): into L2 went from 72 to
     // 76 % of the read bandwidth for Q4_K, 69 to 82 % for INT4, 83 to 87 % for Q8_0, 86 to 91 % for INT8 (there
@@ -193,10 +191,21 @@ struct Avx512 {
     // from the kernels' always_inline steps, deleted the calls (not one prefetch was left in the integer kernels).
     // Inlined first, the prefetches stay.
     __attribute__((always_inline)) static void prefetch(const void *p) {
-        if (g_avx512_prefetch_l2)
+        if (g_avx512_prefetch == PrefetchTarget::kL2)
             _mm_prefetch(static_cast<const char *>(p), _MM_HINT_T1);
         else
             _mm_prefetch(static_cast<const char *>(p), _MM_HINT_T0);
+    }
+    // The same for a line of a stream that is read once (a decode GEMV's weights), which with kL1StreamNta is
+    // prefetched as non-temporal: into L1 without taking a place in the lower caches that the stream only passes
+    // through. Not the default anywhere yet. Zen 5 KVM guest, 2 threads, kt-bench tg128, one binary with KT_PREFETCH
+    // alternating (bench/results/zen5.md): a one-layer Qwen3-30B-A3B file, whose Q6_K head is 81 % of a token, ran
+    // faster in 7 of 8 rounds (median ratio 1.20); the eight-layer file's median ratio over 15 rounds was 1.00.
+    __attribute__((always_inline)) static void prefetch_stream(const void *p) {
+        if (g_avx512_prefetch == PrefetchTarget::kL1StreamNta)
+            _mm_prefetch(static_cast<const char *>(p), _MM_HINT_NTA);
+        else
+            prefetch(p);
     }
 };
 

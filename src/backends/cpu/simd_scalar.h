@@ -238,6 +238,8 @@ struct Scalar {
     static VF dot2_bf16_bcst(VF acc, VI w, const void *p) { return dot2_bf16(acc, w, bcst32(p)); }
     // Brings the cache line at p into L2 ahead of use (always_inline: see Avx512::prefetch).
     __attribute__((always_inline)) static void prefetch(const void *p) { __builtin_prefetch(p, 0, 2); }
+    // A line of a stream read once (see Avx512::prefetch_stream): here as any other.
+    __attribute__((always_inline)) static void prefetch_stream(const void *p) { prefetch(p); }
 };
 
 }  // namespace kt::cpu::simd

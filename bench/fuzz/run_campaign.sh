@@ -4,6 +4,7 @@
 #   bench/fuzz/run_campaign.sh configure DIR         a campaign build: clang -O2, libFuzzer + UBSan, no ASan
 #   bench/fuzz/run_campaign.sh run DIR TARGET RUNS [MAX_LEN] [OUT]     RUNS: executions, or seconds as "5400s"
 #   bench/fuzz/run_campaign.sh replay ASAN_DIR TARGET OUT      ASAN_DIR: the asan preset's build (build-asan)
+#   bench/fuzz/run_campaign.sh minimize DIR TARGET    tests/fuzz/corpus/TARGET down to the files with its features
 #
 # KT_FUZZ_TIMEOUT (seconds, default 60): libFuzzer's -timeout, which counts wall time. Raise it for a campaign that
 # runs at a low priority beside builds, where a starved input can take minutes without hanging.
@@ -17,6 +18,12 @@
 # `run` starts from the committed corpus (tests/fuzz/corpus/TARGET, only read) plus OUT/corpus when it exists (so a
 # campaign can go on where an earlier one stopped), writes new inputs to OUT/corpus, crashes to OUT/, and prints
 # one summary line: target, executions, seconds, exec/s, corpus files before and after, new units, peak RSS.
+#
+# `minimize` keeps every file with a name of its own (hand-made seeds, a finding's reproducer: rename a file to keep
+# it) and, of the files libFuzzer named by their SHA-1, those that `-merge=1` finds carrying features the kept ones
+# lack; then it merges the whole old corpus in once more, because some features depend on thread timing and a
+# file whose feature did not show the first time may show the second. Every replay of a corpus costs the README's
+# test command its time, and each campaign part adds files whose features later files also carry.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 
@@ -56,8 +63,28 @@ replay)
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         "$asan/bin/kt_fuzz_${target}_replay" "$out/corpus" | tee -a "$out/summary.txt"
     ;;
+minimize)
+    dir=$2 target=$3
+    corpus="$here/tests/fuzz/corpus/$target"
+    work=$(mktemp -d)
+    mkdir "$work/kept" "$work/rest"
+    for f in "$corpus"/*; do
+        if [[ "$(basename "$f")" =~ ^[0-9a-f]{40}$ ]]; then cp "$f" "$work/rest/"; else cp "$f" "$work/kept/"; fi
+    done
+    merge() {
+        "$dir/bin/kt_fuzz_$target" -merge=1 -timeout="${KT_FUZZ_TIMEOUT:-60}" -rss_limit_mb=2048 "$work/kept" "$1" \
+            > "$work/merge.log" 2>&1 || { cat "$work/merge.log"; exit 1; }
+        tail -n 1 "$work/merge.log"
+    }
+    merge "$work/rest"
+    merge "$corpus"
+    before=$(ls "$corpus" | wc -l)
+    comm -23 <(ls "$corpus" | sort) <(ls "$work/kept" | sort) | while read -r name; do rm "$corpus/$name"; done
+    echo "$target: $before -> $(ls "$corpus" | wc -l) files in $corpus"
+    rm -rf "$work"
+    ;;
 *)
-    sed -n '2,16p' "$0"
+    sed -n '2,17p' "$0"
     exit 2
     ;;
 esac

@@ -912,8 +912,10 @@ KT_API kt_status kt_measure_roofline(int32_t n_threads, uint64_t buffer_bytes, k
 #define KT_ISA_AMX 3     /* AMX tiles (int8, bf16) on top of AVX-512 */
 
 /* Caps the instruction set of kernels chosen from now on, process-wide. The environment variable KT_MAX_ISA
- * ("scalar", "avx2", "avx512" or "amx") sets the initial cap. Expert pools keep the kernels they chose when they
- * were created. KT_STATUS_INVALID_ARGUMENT for an unknown level. Thread-safe. */
+ * ("scalar", "avx2", "avx512" or "amx") sets the initial cap; another value is ignored, and logged once as a warning
+ * (KT_LOG_WARN) when a model's engine or an expert pool is created while a log callback takes warnings. Expert
+ * pools keep the kernels they chose when they were created. KT_STATUS_INVALID_ARGUMENT for an unknown level.
+ * Thread-safe. */
 KT_API kt_status kt_set_max_isa(int32_t level);
 /* The level kernels use now (the host's best, capped), and the host's best ignoring the cap. Thread-safe. */
 KT_API int32_t kt_get_isa(void);

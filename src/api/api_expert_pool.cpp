@@ -5,6 +5,7 @@
 
 #include "api/api_internal.h"
 #include "backends/cpu/cpu_features.h"
+#include "backends/cpu/kernels.h"
 #include "moe/expert_pool.h"
 #include "ops/types.h"
 
@@ -182,6 +183,7 @@ KT_API kt_status kt_expert_pool_create(const kt_expert_pool_params *params, kt_e
         KT_TRY(kt::api::read_struct(params, &p, "kt_expert_pool_create: params"));
         kt::moe::ExpertPoolConfig config;
         KT_TRY(make_config(p, &config));
+        kt::cpu::warn_ignored_kernel_environment();
         auto handle = std::make_unique<kt_expert_pool>();
         KT_TRY(kt::moe::ExpertPool::create(config, &handle->pool));
         describe(handle.get());

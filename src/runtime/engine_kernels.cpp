@@ -88,11 +88,20 @@ constexpr int32_t kMaxTopK = 16;
 // the next layer's pool), which must not compete with spinning ones.
 constexpr int64_t kPoolSpinNs = 20'000;
 
+// "expert engine (avx512-vnni-bf16, prefetch l1)": the kernel set, and where its AVX-512 code prefetches weights
+// (KT_PREFETCH) when it has any.
+std::string engine_name(const cpu::KernelSet &ks) {
+    std::string name = std::string("expert engine (") + ks.name;
+    if (static_cast<int>(ks.level) >= static_cast<int>(cpu::IsaLevel::kAvx512))
+        name += std::string(", prefetch ") + cpu::avx512_prefetch_name();
+    return name + ")";
+}
+
 class EngineKernels final : public ops::KernelFactory {
 public:
     EngineKernels(const EngineOptions &options, std::unique_ptr<ThreadPool> load_pool)
         : options_(options), load_pool_(std::move(load_pool)),
-          ks_(cpu::best_kernel_set(cpu::active_isa_level())), name_(std::string("expert engine (") + ks_.name + ")") {
+          ks_(cpu::best_kernel_set(cpu::active_isa_level())), name_(engine_name(ks_)) {
         if (options_.device && options_.plan && options_.deferred_experts > 0 && !options_.plan->layers.empty()) {
             int64_t last = 0;
             for (const device::LayerPlacement &l : options_.plan->layers) last = std::max(last, l.layer);
@@ -238,6 +247,7 @@ int64_t block_of(const char *name) {
 }
 
 Status create_engine_kernels(const EngineOptions &options, std::unique_ptr<ops::KernelFactory> *out) {
+    cpu::warn_ignored_kernel_environment();
     std::unique_ptr<ThreadPool> load_pool;
     KT_TRY(mem::create_pinned_pool(options.n_threads, "kt-load", &load_pool));
     *out = std::make_unique<EngineKernels>(options, std::move(load_pool));

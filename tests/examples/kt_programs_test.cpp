@@ -246,6 +246,46 @@ TEST_CASE("kt-run's --logits matches llama.cpp's golden logits, generation works
     CHECK(sampled.exit_code == 0);
 }
 
+TEST_CASE("kt-run -v names where the kernels prefetch, KT_PREFETCH's choices give the same logits, typos are warned") {
+    kt::test::TempDir dir;
+    const std::string model = kt::test::testdata_path("models/qwen3moe.q4_k_m.gguf");
+    // One prompt token: every K-quant matrix, experts included, runs as a one-row call, the decode stream whose
+    // prefetches KT_PREFETCH places (l1nta: non-temporal).
+    const std::string args = " -v -m " + model + " --tokens 5 -n 4 -t 2 --ids --logits ";
+    auto first_line = [](const std::string &text) { return text.substr(0, text.find('\n')); };
+    std::vector<uint8_t> logits_l1;
+    std::string ids_l1;
+    for (const std::string choice : {"l1", "l1nta", "l2"}) {
+        const std::string logits = dir.file(choice + ".f32");
+        const kt::test::ProgramRun r = kt::test::run_program("KT_PREFETCH=" + choice + " " + KT_RUN_EXE + args + logits);
+        INFO(r.all());
+        REQUIRE(r.exit_code == 0);
+        // The target is named where the engine's kernels have AVX-512 code (an AVX2 host's have none).
+        const bool avx512 = r.all().find("expert engine (avx512") != std::string::npos ||
+                            r.all().find("expert engine (amx") != std::string::npos;
+        if (avx512) CHECK(r.all().find("prefetch " + choice + ")") != std::string::npos);
+        CHECK(r.all().find("ignored") == std::string::npos);
+        // A prefetch hint moves no result: the prompt's logits and the generated ids are those of every choice.
+        if (choice == "l1") {
+            logits_l1 = bytes_of(logits);
+            ids_l1 = first_line(r.out);
+            CHECK(logits_l1.size() == 512 * sizeof(float));
+        } else {
+            CHECK(bytes_of(logits) == logits_l1);
+            CHECK(first_line(r.out) == ids_l1);
+        }
+    }
+    // Values kt does not understand: a warning that names each, and the defaults (same results).
+    const kt::test::ProgramRun typo =
+        kt::test::run_program(std::string("KT_PREFETCH=L3 KT_MAX_ISA=avx-2 ") + KT_RUN_EXE + args + dir.file("typo.f32"));
+    INFO(typo.all());
+    REQUIRE(typo.exit_code == 0);
+    CHECK(typo.all().find("KT_PREFETCH=L3 is not l1, l1nta or l2: ignored") != std::string::npos);
+    CHECK(typo.all().find("KT_MAX_ISA=avx-2 is not scalar, avx2, avx512 or amx: ignored") != std::string::npos);
+    CHECK(bytes_of(dir.file("typo.f32")) == logits_l1);
+    CHECK(first_line(typo.out) == ids_l1);
+}
+
 TEST_CASE("kt-bench prints llama-bench's table with the roofline, and csv and json") {
     const std::string model = kt::test::testdata_path("models/qwen3moe.q8_0.gguf");
     const std::string common = "-m " + model + " -p 16 -n 4 -r 2 -t 1 --roofline-mib 16";

@@ -8,6 +8,7 @@
 #include "backends/cpu/amx/amx_gemm.h"
 #include "backends/cpu/kernels_detail.h"
 #include "backends/cpu/prefetch_target.h"
+#include "core/log.h"
 
 namespace kt::cpu {
 
@@ -51,13 +52,27 @@ PrefetchTarget g_avx512_prefetch = PrefetchTarget::kL1;  // declared in prefetch
 
 namespace {
 
+// The names of the choices, as KT_PREFETCH spells them, in the enum's order.
+constexpr const char *kPrefetchNames[] = {"l1", "l1nta", "l2"};
+static_assert(static_cast<int>(simd::PrefetchTarget::kL1StreamNta) == 1 &&
+              static_cast<int>(simd::PrefetchTarget::kL2) == 2);
+
+// KT_PREFETCH's choice, or false when it is unset or names none.
+bool prefetch_from_environment(simd::PrefetchTarget *out) {
+    const char *env = std::getenv("KT_PREFETCH");
+    for (int i = 0; env && i < 3; ++i)
+        if (std::strcmp(env, kPrefetchNames[i]) == 0) {
+            *out = static_cast<simd::PrefetchTarget>(i);
+            return true;
+        }
+    return false;
+}
+
 // Where the AVX-512 kernels' software prefetches go (simd_avx512.h says what each choice measured): L1 on Zen 5
 // (AMD family 26) and later, L2 only elsewhere (Intel, Zen 4); KT_PREFETCH=l1, l1nta or l2 chooses.
 simd::PrefetchTarget prefetch_target(const CpuFeatures &f) {
-    const char *env = std::getenv("KT_PREFETCH");
-    if (env && std::strcmp(env, "l1") == 0) return simd::PrefetchTarget::kL1;
-    if (env && std::strcmp(env, "l1nta") == 0) return simd::PrefetchTarget::kL1StreamNta;
-    if (env && std::strcmp(env, "l2") == 0) return simd::PrefetchTarget::kL2;
+    simd::PrefetchTarget chosen;
+    if (prefetch_from_environment(&chosen)) return chosen;
     const bool zen5_or_later = f.vendor == "AuthenticAMD" && f.family >= 26;
     return zen5_or_later ? simd::PrefetchTarget::kL1 : simd::PrefetchTarget::kL2;
 }
@@ -153,6 +168,25 @@ const KernelSet &best_kernel_set(IsaLevel level) {
     }
     if (level == IsaLevel::kAvx2) return *kernel_set(IsaLevel::kAvx2, false, false);
     return *kernel_set(IsaLevel::kScalar, false, false);
+}
+
+const char *avx512_prefetch_name() {
+    all_sets();  // chooses the target
+    return kPrefetchNames[static_cast<int>(simd::g_avx512_prefetch)];
+}
+
+void warn_ignored_kernel_environment() {
+    static std::atomic<bool> warned{false};
+    if (!log_enabled(KT_LOG_WARN) || warned.exchange(true)) return;
+    IsaLevel level;
+    const char *max_isa = std::getenv("KT_MAX_ISA");
+    if (max_isa && !parse_isa_level(max_isa, &level))
+        KT_LOG_WARN_MSG("KT_MAX_ISA=%s is not scalar, avx2, avx512 or amx: ignored", max_isa);
+    simd::PrefetchTarget target;
+    const char *prefetch = std::getenv("KT_PREFETCH");
+    if (prefetch && !prefetch_from_environment(&target))
+        KT_LOG_WARN_MSG("KT_PREFETCH=%s is not l1, l1nta or l2: ignored (prefetching into %s)", prefetch,
+                        avx512_prefetch_name());
 }
 
 int supported_kernel_sets(const KernelSet **out, int capacity) {

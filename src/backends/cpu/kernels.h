@@ -145,6 +145,14 @@ IsaLevel kernel_level();
 // (per-group tile stores and scaling cost more than AVX-512's decoding until the tiles are well filled; 16 here).
 // INT64_MAX for a format AMX has no kernel for (MXFP4, the other K-quants): no call of it runs on AMX.
 int64_t amx_min_rows(const PackedLayout &layout);
+// Where the AVX-512 kernels (and the AMX set's AVX-512 paths) prefetch weights, as KT_PREFETCH names it: "l1",
+// "l1nta" or "l2".
+const char *avx512_prefetch_name();
+// Logs (KT_LOG_WARN) each kernel variable of the environment whose value kt does not understand and so ignores
+// (KT_MAX_ISA, KT_PREFETCH): without it a typo changes nothing, silently. Whatever creates kernels for a caller
+// (a model's engine, an expert pool) calls it; it warns once per process, at the first call that finds a log
+// callback taking warnings (one installed after the first pool still hears it).
+void warn_ignored_kernel_environment();
 // The sets this host can run, from scalar up (for tests: every path is exercised, including fallbacks).
 int supported_kernel_sets(const KernelSet **out, int capacity);
 

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <mutex>
 
 #include "backends/cpu/amx/amx_gemm.h"
@@ -60,7 +61,7 @@ static_assert(static_cast<int>(simd::PrefetchTarget::kL1StreamNta) == 1 &&
 // KT_PREFETCH's choice, or false when it is unset or names none.
 bool prefetch_from_environment(simd::PrefetchTarget *out) {
     const char *env = std::getenv("KT_PREFETCH");
-    for (int i = 0; env && i < 3; ++i)
+    for (size_t i = 0; env && i < std::size(kPrefetchNames); ++i)
         if (std::strcmp(env, kPrefetchNames[i]) == 0) {
             *out = static_cast<simd::PrefetchTarget>(i);
             return true;

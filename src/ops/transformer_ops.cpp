@@ -12,8 +12,20 @@ void rms_norm(const float *x, const float *w, int64_t n_rows, int64_t dim, float
     for (int64_t r = 0; r < n_rows; ++r) {
         const float *xr = x + r * dim;
         float *yr = y + r * dim;
-        double sum = 0.0;  // ggml sums the squares in double
-        for (int64_t i = 0; i < dim; ++i) sum += static_cast<double>(xr[i] * xr[i]);
+        // The squares summed in double, as ggml does, but in kChains interleaved partial sums: a single running sum
+        // is a chain of dependent double adds, about 4 cycles an element. At a 512-token prompt of Qwen3-30B-A3B the
+        // norms of a layer (two over the hidden rows, q and k per head) took about 4 % of the prompt's wall time
+        // (perf, Zen 5); 512 rows of 2048 took 0.97 ms, now 0.33. The order differs from ggml's only within double
+        // precision: the float mean that comes out is the same unless the sum lies within a double rounding of a
+        // float rounding boundary.
+        constexpr int kChains = 8;
+        double part[kChains] = {};
+        int64_t k = 0;
+        for (; k + kChains <= dim; k += kChains)
+            for (int c = 0; c < kChains; ++c) part[c] += static_cast<double>(xr[k + c] * xr[k + c]);
+        for (int c = 0; k < dim; ++k, ++c) part[c] += static_cast<double>(xr[k] * xr[k]);
+        double sum = 0.0;
+        for (int c = 0; c < kChains; ++c) sum += part[c];
         const float mean = static_cast<float>(sum / static_cast<double>(dim));
         const float scale = 1.0f / std::sqrt(mean + eps);
         // Two roundings, as ggml's rms_norm followed by a separate mul: (x · scale) · w.

@@ -1,5 +1,5 @@
 // The runtime's and ops' pieces against independent formulas: attention over the KV cache (vs a direct double
-// computation), RoPE (rotation, angles, linear and YaRN scaling), MoE routing, and the sampler's filters.
+// computation), RMS norm, RoPE (rotation, angles, linear and YaRN scaling), MoE routing, and the sampler's filters.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -274,6 +274,31 @@ TEST_CASE("attention whose values are part of the keys (MLA's latent) stores the
         }
     }
     kt::cpu::set_max_isa_level(cap);
+}
+
+TEST_CASE("RMS norm equals x / sqrt(mean(x^2) + eps) * w at every row length, in place and without weights") {
+    // Lengths around its 8 partial sums (1, 7, 8, 9, 15), a head (128) and hidden sizes with odd tails.
+    for (int64_t dim : {1, 7, 8, 9, 15, 128, 2047, 2048, 4099}) {
+        const int64_t rows = 3;
+        const std::vector<float> x = kt::test::random_normal(static_cast<size_t>(rows * dim), 40 + static_cast<uint64_t>(dim));
+        const std::vector<float> w = kt::test::random_normal(static_cast<size_t>(dim), 7);
+        std::vector<float> y(x.size()), y_plain(x.size()), in_place = x;
+        kt::ops::rms_norm(x.data(), w.data(), rows, dim, 1e-6f, y.data());
+        kt::ops::rms_norm(x.data(), nullptr, rows, dim, 1e-6f, y_plain.data());
+        kt::ops::rms_norm(in_place.data(), w.data(), rows, dim, 1e-6f, in_place.data());
+        for (int64_t r = 0; r < rows; ++r) {
+            double sum = 0;
+            for (int64_t i = 0; i < dim; ++i) sum += double(x[r * dim + i]) * x[r * dim + i];
+            const double scale = 1.0 / std::sqrt(sum / double(dim) + 1e-6);
+            for (int64_t i = 0; i < dim; ++i) {
+                const double plain = x[r * dim + i] * scale;
+                INFO("dim " << dim << " row " << r << " i " << i);
+                CHECK(y_plain[r * dim + i] == Approx(plain).epsilon(1e-6).margin(1e-30));
+                CHECK(y[r * dim + i] == Approx(plain * w[i]).epsilon(1e-6).margin(1e-30));
+                CHECK(in_place[r * dim + i] == y[r * dim + i]);
+            }
+        }
+    }
 }
 
 TEST_CASE("RoPE rotates pairs by pos * base^(-2i/n), NORM adjacent and NEOX by halves") {

@@ -1,11 +1,14 @@
 // Google Benchmark micro-benchmarks of the expert GEMM kernels, one thread, every kernel set this host runs:
-//   BM_gemm_cached  weights of 256 x 2048 (L2-resident): the kernels' compute rate per format and M (tokens);
+//   BM_gemm_cached  weights of 256 x K (L2-resident): the kernels' compute rate per format, M (tokens) and K (2048,
+//                   and 768 at 32 tokens: a Qwen3-30B-A3B expert's down projection against its gate and up);
 //                   counter GOPS = 2 M N K per second / 1e9. Each call gathers or converts nothing it could reuse
 //                   (GemmActs::rows_id 0), as the first GEMM of an expert pool chunk.
 //   BM_gemv_stream  one token against 256 MiB of weights: the streaming rate of the decode path; counter GBS =
 //                   packed weight bytes per second / 1e9.
-//   BM_gemm_stream  16 or 64 tokens against 256 MiB of weights in 256-column calls (an expert pool task): the
-//                   prefill rate when weights come from memory; counter GOPS.
+//   BM_gemm_stream  M tokens against 256 MiB of weights of depth K in calls of C columns (an expert pool task),
+//                   named M/K/C: 16 or 64 tokens at K 2048 in 256-column calls, and 32 tokens at K 2048 and 768 in
+//                   256- and 128-column calls (Qwen3-30B-A3B's gate/up and down tasks): the prefill rate when weights
+//                   come from memory; counter GOPS.
 //   BM_peak         the single-core dot-product peaks, including the AMX TMUL probes (amx_probe.h: full K, one scale
 //                   group deep, and one group deep with its sums stored).
 // On a busy machine read GOPS_best: the rate of the fastest single call (BM_gemm_cached, BM_peak), since
@@ -148,7 +151,7 @@ Acts acts_for(const cpu::KernelSet &ks, const cpu::PackedLayout &l, int64_t m) {
 }
 
 void BM_gemm_cached(benchmark::State &state, const cpu::KernelSet *ks, Fmt f) {
-    const int64_t m = state.range(0), n = 256, k = 2048;
+    const int64_t m = state.range(0), n = 256, k = state.range(1);
     Packed p = pack(f, n, k);
     Acts a = acts_for(*ks, p.w.layout, m);
     std::vector<float> c(static_cast<size_t>(m * n));
@@ -176,10 +179,10 @@ void BM_gemv_stream(benchmark::State &state, const cpu::KernelSet *ks, Fmt f) {
 
 // Prefill-sized GEMMs (M tokens) over 256 MiB of weights: the compute rate when weights stream from memory.
 void BM_gemm_stream(benchmark::State &state, const cpu::KernelSet *ks, Fmt f) {
-    const int64_t m = state.range(0), k = 2048, n = (int64_t{256} << 20) / k;
+    const int64_t m = state.range(0), k = state.range(1), n = (int64_t{256} << 20) / k;
     Packed p = pack(f, n, k);
     Acts a = acts_for(*ks, p.w.layout, m);
-    const int64_t chunk = 256;  // columns per call, as an expert pool task
+    const int64_t chunk = state.range(2);  // columns per call, as an expert pool task
     std::vector<float> c(static_cast<size_t>(m * chunk));
     for (auto _ : state) {
         for (int64_t n0 = 0; n0 < n; n0 += chunk) {
@@ -247,11 +250,15 @@ int main(int argc, char **argv) {
         for (const Fmt &f : kFmts) {
             const std::string tag = std::string(f.name) + "/" + sets[i]->name;
             benchmark::RegisterBenchmark(("BM_gemm_cached/" + tag).c_str(), BM_gemm_cached, sets[i], f)
-                ->Arg(1)->Arg(4)->Arg(16)->Arg(32)->Arg(64)->Arg(128)->ComputeStatistics("min", min_of);
+                ->ArgsProduct({{1, 4, 16, 32, 64, 128, 512}, {2048}})
+                ->ArgsProduct({{32}, {768}})
+                ->ComputeStatistics("min", min_of);
             benchmark::RegisterBenchmark(("BM_gemv_stream/" + tag).c_str(), BM_gemv_stream, sets[i], f)
                 ->Unit(benchmark::kMillisecond)->ComputeStatistics("min", min_of);
             benchmark::RegisterBenchmark(("BM_gemm_stream/" + tag).c_str(), BM_gemm_stream, sets[i], f)
-                ->Arg(16)->Arg(64)->Unit(benchmark::kMillisecond)->ComputeStatistics("min", min_of);
+                ->ArgsProduct({{16, 64}, {2048}, {256}})
+                ->ArgsProduct({{32}, {2048, 768}, {256, 128}})
+                ->Unit(benchmark::kMillisecond)->ComputeStatistics("min", min_of);
         }
     }
     benchmark::Initialize(&argc, argv);

@@ -161,6 +161,12 @@ ExpertPool::~ExpertPool() {
             line += format("; %s %.1f us (threads busy %.1f us)", names[p],
                            1e-3 * static_cast<double>(trace_wall_ns_[p]) / static_cast<double>(trace_jobs_),
                            1e-3 * static_cast<double>(trace_work_ns_[p]) / static_cast<double>(trace_jobs_));
+        line += format("; active experts %.1f, of them with < 8 / 8-31 / 32-63 / >= 64 rows %.1f / %.1f / %.1f / %.1f",
+                       static_cast<double>(trace_active_) / static_cast<double>(trace_jobs_),
+                       static_cast<double>(trace_rows_[0]) / static_cast<double>(trace_jobs_),
+                       static_cast<double>(trace_rows_[1]) / static_cast<double>(trace_jobs_),
+                       static_cast<double>(trace_rows_[2]) / static_cast<double>(trace_jobs_),
+                       static_cast<double>(trace_rows_[3]) / static_cast<double>(trace_jobs_));
         KT_LOG_INFO_MSG("%s", line.c_str());
     }
 }
@@ -551,10 +557,16 @@ void ExpertPool::execute_forward(Executor &ex, Job &job) {
     auto phases = [&](int tid) { run_phases(ex, job, tid); };
     job.status = macs < kMinParallelMacs ? ex.pool().run_alone(phases) : ex.pool().run_available(phases);
     if (trace_) {
-        // Phase p ends when the last thread is done with it; busy time is a thread's time from the end of the
-        // previous phase to its own end of this one (none for a thread that did not start the job).
         ++trace_jobs_;
         trace_bucket_ns_ += start - bucket_start;
+        trace_active_ += sc.n_active;
+        for (int64_t i = 0; i < sc.n_active; ++i) {
+            const int64_t e = sc.active[static_cast<size_t>(i)];
+            const int64_t rows = sc.offset[static_cast<size_t>(e) + 1] - sc.offset[static_cast<size_t>(e)];
+            ++trace_rows_[rows < 8 ? 0 : rows < 32 ? 1 : rows < 64 ? 2 : 3];
+        }
+        // Phase p ends when the last thread is done with it; busy time is a thread's time from the end of the
+        // previous phase to its own end of this one (none for a thread that did not start the job).
         const int threads = ex.threads();
         int64_t prev_end = start;
         for (int p = 0; p < kPhases; ++p) {

@@ -194,6 +194,11 @@ private:
     std::vector<ThreadTrace> thread_trace_;
     int64_t trace_jobs_ = 0, trace_bucket_ns_ = 0;
     int64_t trace_wall_ns_[kPhases] = {}, trace_work_ns_[kPhases] = {};
+    // How the routed rows fell on the experts, summed over jobs: active experts, and those with fewer than 8, 8-31,
+    // 32-63 and at least 64 rows (an expert's GEMMs read its weights once whatever its rows, so the share of
+    // experts with few rows says how much of a prefill runs at a decode's rate).
+    static constexpr int kRowBuckets = 4;
+    int64_t trace_active_ = 0, trace_rows_[kRowBuckets] = {};
 };
 
 }  // namespace kt::moe

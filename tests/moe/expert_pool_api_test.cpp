@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -450,9 +451,11 @@ TEST_CASE("expert pool api: KT_EXPERT_TRACE logs where a pool's calls spent thei
     std::vector<std::string> lines;
     kt_log_set([](int32_t, const char *msg, void *ud) { static_cast<std::vector<std::string> *>(ud)->push_back(msg); },
                &lines, KT_LOG_INFO);
-    const Routing r = make_routing(3, 2, kE, 5);
-    const std::vector<float> x = random_normal(static_cast<size_t>(3 * kH), 6);
-    std::vector<float> y(static_cast<size_t>(3 * kH));
+    // 60 tokens, top 2 of 8 experts: about 15 rows an expert, spread over the trace's row buckets.
+    const int64_t tokens = 60;
+    const Routing r = make_routing(tokens, 2, kE, 5);
+    const std::vector<float> x = random_normal(static_cast<size_t>(tokens * kH), 6);
+    std::vector<float> y(static_cast<size_t>(tokens * kH));
     const kt_expert_forward a = args_for(x, r, y.data());
     auto trace_lines = [&] {
         int n = 0;
@@ -472,7 +475,24 @@ TEST_CASE("expert pool api: KT_EXPERT_TRACE logs where a pool's calls spent thei
     }
     kt_log_set(nullptr, nullptr, 0);
     REQUIRE(trace_lines() == 1);
+    // The routed rows per expert, counted here from the ids (-1: no expert), and bucketed as the trace does.
+    std::vector<int> rows(static_cast<size_t>(kE), 0);
+    for (int32_t id : r.ids)
+        if (id >= 0) ++rows[static_cast<size_t>(id)];
+    int active = 0, buckets[4] = {};
+    for (int n : rows)
+        if (n > 0) {
+            ++active;
+            ++buckets[n < 8 ? 0 : n < 32 ? 1 : n < 64 ? 2 : 3];
+        }
+    char expected[160];
+    std::snprintf(expected, sizeof expected,
+                  "active experts %d.0, of them with < 8 / 8-31 / 32-63 / >= 64 rows %d.0 / %d.0 / %d.0 / %d.0", active,
+                  buckets[0], buckets[1], buckets[2], buckets[3]);
     for (const std::string &l : lines)
-        if (l.find("expert pool trace") != std::string::npos)
+        if (l.find("expert pool trace") != std::string::npos) {
             for (const char *phase : {"quantize x", "gate/up", "quantize h", "down", "merge"}) CHECK(l.find(phase) != std::string::npos);
+            INFO(l);
+            CHECK(l.find(expected) != std::string::npos);
+        }
 }

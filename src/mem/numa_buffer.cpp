@@ -107,4 +107,14 @@ Status NumaBuffer::allocate(size_t bytes, const Topology *topology, int node, Nu
     return Status::ok();
 }
 
+void NumaBuffer::prefault() {
+    if (heap_ || !data_ || placement_ == Placement::kFirstTouch) return;  // heap memory was zeroed by allocate
+    // A zero written to each page, as the first use would. MADV_POPULATE_WRITE also makes the pages resident, but
+    // on this project's KVM guests (Zen 5, Linux 6.18) the first job after it still ran as if cold: quantizing a
+    // 512-token prompt's x took 1.4 ms against 0.3 after these writes and 2.3 with no prefault at all.
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    volatile uint8_t *bytes = static_cast<volatile uint8_t *>(data_);
+    for (size_t off = 0; off < size_; off += page) bytes[off] = 0;
+}
+
 }  // namespace kt::mem

@@ -3,12 +3,14 @@
 #include <catch2/catch.hpp>
 
 #include <sched.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "mem/numa_buffer.h"
 #include "mem/thread_placement.h"
@@ -25,6 +27,14 @@ std::unique_ptr<Topology> synthetic(const char *desc, bool this_system) {
     INFO(s.message());
     REQUIRE(s.is_ok());
     return t;
+}
+
+// How many of the buffer's pages are resident (mincore).
+size_t resident_pages(const NumaBuffer &b) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    std::vector<unsigned char> v((b.size() + page - 1) / page);
+    REQUIRE(mincore(b.data(), b.size(), v.data()) == 0);
+    return static_cast<size_t>(std::count_if(v.begin(), v.end(), [](unsigned char c) { return c & 1; }));
 }
 
 bool cpu_allowed(int cpu) {
@@ -94,6 +104,24 @@ TEST_CASE("numa: small buffers without a node come from the heap, page aligned a
             CHECK(moved.as<uint8_t>()[bytes - 1] == 0xAB);
         }
     }
+}
+
+TEST_CASE("numa: prefault makes a mapped buffer resident and zero, and leaves a first-touch buffer alone") {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    NumaBuffer b;
+    REQUIRE(NumaBuffer::allocate(6u << 20, nullptr, -1, &b).is_ok());
+    CHECK(resident_pages(b) == 0);  // a fresh mapping: nothing touched by allocate
+    b.prefault();
+    CHECK(resident_pages(b) == b.size() / page);
+    const unsigned char *bytes = b.as<unsigned char>();
+    CHECK(std::all_of(bytes, bytes + b.size(), [](unsigned char c) { return c == 0; }));
+
+    auto t = synthetic("pack:2 [numa(memory=4GB)] core:4 pu:2", false);  // binds nothing: first touch
+    NumaBuffer f;
+    REQUIRE(NumaBuffer::allocate(4u << 20, t.get(), 1, &f).is_ok());
+    REQUIRE(f.placement() == Placement::kFirstTouch);
+    f.prefault();
+    CHECK(resident_pages(f) == 0);
 }
 
 TEST_CASE("numa: a buffer on node 0 of the real machine lands on node 0") {

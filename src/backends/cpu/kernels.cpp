@@ -17,7 +17,7 @@ QuantSpec quant_spec(const PackedLayout &layout) {
     const PackedTypeInfo &info = packed_type_info(layout.type);
     QuantSpec spec;
     spec.group = layout.type == PackedType::kInt8 ? 0 : layout.group;
-    spec.multiplier = info.has_mins ? 1 : info.u_offset;
+    spec.multiplier = info.has_mins ? 1 : -info.u_offset;
     return spec;
 }
 

@@ -26,7 +26,8 @@
 namespace kt::cpu {
 
 // Which per-group activation sums a packed matrix needs: sum of a_q over groups of `group` elements (0: the whole
-// row), times `multiplier` (the format's u_offset, or 1 for formats with mins).
+// row), times `multiplier`: minus the format's u_offset (the integer kernels start a group's sum of u * a_q there,
+// so that it comes out as the sum of w * a_q), or 1 for formats with mins.
 struct QuantSpec {
     int32_t group = 0;
     int32_t multiplier = 1;

@@ -377,31 +377,19 @@ struct Kernels {
         }
 
         // The codes with an offset (unsigned codes of signed weights): a group's first accumulator chain starts at
-        // minus the row's activation sum for the group (which includes the offset, QuantSpec), so that the integer
-        // sum comes out corrected, where a subtraction per row, vector and group used to correct it in the flush.
-        // The negated sums are gathered kSumChunk groups at a time. Zen 5, in cache (bench_gemm BM_gemm_cached, K
-        // 2048, 3 alternating rounds): Q6_K +3-9 % at 32 rows and +6-14 % at 128, INT4 g128 +11-18 % at 1 and 4
-        // rows; Q4_0 lost 3-6 % at 4 rows, and the rest moved within 3 %. The formats with mins keep their flush:
-        // there, gathering their sums as floats (for the min term's broadcast) made GCC spill the float accumulators,
-        // with the broadcast folded into the instruction or not, and the kernel ran 3-9 % slower.
-        constexpr bool kOffsetStart = kKpg != 0 && !kSigned<T> && !Fmt<T>::kMins;
-        constexpr int kSumChunk = 32;
-        alignas(64) int32_t neg_sums[mr][kOffsetStart ? kSumChunk : 1];
+        // the row's activation sum for the group times minus the offset (QuantSpec), so that the integer sum comes
+        // out corrected, where a subtraction per row, vector and group used to correct it in the flush. Zen 5, in
+        // cache (bench_gemm BM_gemm_cached, K 2048, 3 alternating rounds): Q6_K +3-9 % at 32 rows and +6-14 % at
+        // 128, INT4 g128 +11-18 % at 1 and 4 rows, the rest within 3 %. (The sums were first negated here, per row
+        // block, which cost Q4_0 3-6 % at 4 rows; negated where they are made, it gained 5-10 % there instead.)
+        // (The formats with mins keep their min term in the flush: gathering their sums as floats for it made GCC
+        // spill the float accumulators, and the kernel ran 3-9 % slower.)
+        constexpr bool kOffsetStart = !kSigned<T> && !Fmt<T>::kMins;
         VI acci[mr][kNV][kSplit];
         auto start_group = [&](int64_t g) KT_ALWAYS_INLINE {
-            if constexpr (kOffsetStart) {
-                if (g % kSumChunk == 0) {
-                    const int64_t n = std::min<int64_t>(kSumChunk, L.groups - g);
-                    for (int m = 0; m < mr; ++m)
-                        for (int64_t i = 0; i < n; ++i) neg_sums[m][i] = -sums[m][g + i];
-                }
-            }
             for (int m = 0; m < mr; ++m)
                 for (int v = 0; v < kNV; ++v) {
-                    if constexpr (kOffsetStart)
-                        acci[m][v][0] = S::set1_32(neg_sums[m][g % kSumChunk]);
-                    else
-                        acci[m][v][0] = S::zero();
+                    acci[m][v][0] = kOffsetStart ? S::set1_32(sums[m][g]) : S::zero();
                     for (int j = 1; j < kSplit; ++j) acci[m][v][j] = S::zero();
                 }
         };
@@ -511,8 +499,7 @@ struct Kernels {
                 VF out;
                 if constexpr (kKpg == 0) {  // kInt8: (float(isum) * w_scale) * a_scale
                     const VF wscale = S::loadf(reinterpret_cast<const float *>(w.data + L.colscale) + p * kPanel + vp[v].col);
-                    const VI exact = kSigned<T> ? isum(m, v) : S::sub32(isum(m, v), S::set1_32(sums[m][0]));
-                    out = S::mul(S::mul(S::cvt(exact), wscale), as);
+                    out = S::mul(S::mul(S::cvt(isum(m, v)), wscale), as);  // exact: started at the offset's term
                 } else {
                     out = S::mul(accf[m][v], as);
                 }

@@ -44,9 +44,9 @@ public:
     // kHeapBytes, heap memory). The binding failure that leads to kFirstTouch is not an error (it is logged once).
     static Status allocate(size_t bytes, const Topology *topology, int node, NumaBuffer *out);
 
-    // Writes a zero to every page now, so that the first use does not pay the page faults (scratch:
-    // Executor::reserve). Pages come from where the buffer's placement says; a kFirstTouch buffer is left alone,
-    // since its pages must be first written from its node's threads. The contents stay zero.
+    // Writes a zero to every page now, so that the first use does not pay the page faults (the Executor's scratch,
+    // when it grows). Pages come from where the buffer's placement says; a kFirstTouch buffer is left alone, since
+    // its pages must be first written from its node's threads. The contents stay zero.
     void prefault();
 
     void *data() const { return data_; }

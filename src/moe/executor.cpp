@@ -20,11 +20,17 @@ int usable_cpus() {
     return CPU_COUNT(&mask);
 }
 
-// Grows `buf` (on `node`) to at least `bytes`, keeping nothing: scratch holds no state between jobs.
+// Grows `buf` (on `node`) to at least `bytes`, keeping nothing: scratch holds no state between jobs. The scratch
+// is sized for the largest job (max_tokens) and its pages are faulted in here, when a pool loads, rather than by
+// the first job that reaches its size: at a 512-token prompt of the eight-layer Qwen3-30B-A3B file, the first
+// layer's experts took about 25 ms longer than the others (quantizing x 2.3 against 0.3 ms, gate/up 42-44 against
+// 29, quantizing h 6-7 against 1.1; Zen 5), which a server's first request after loading would pay.
 Status grow(mem::NumaBuffer *buf, size_t bytes, const mem::Topology *topo, int node) {
     if (bytes <= buf->size()) return Status::ok();
     *buf = mem::NumaBuffer();
-    return mem::NumaBuffer::allocate(bytes, node >= 0 ? topo : nullptr, node, buf);
+    KT_TRY(mem::NumaBuffer::allocate(bytes, node >= 0 ? topo : nullptr, node, buf));
+    buf->prefault();
+    return Status::ok();
 }
 
 }  // namespace
@@ -230,14 +236,6 @@ Status Executor::reserve(const ScratchNeeds &need) {
     KT_TRY(grow(&shared_.x_scale, need.x_scale, topo, node0));
     KT_TRY(grow(&shared_.x_sums_gate, need.x_sums_gate, topo, node0));
     KT_TRY(grow(&shared_.x_sums_up, need.x_sums_up, topo, node0));
-    // The scratch is sized for the largest job (max_tokens) and faulted in here, when a pool loads, rather than by
-    // the first job that reaches its size: at a 512-token prompt of the eight-layer Qwen3-30B-A3B file, the first
-    // layer's experts took about 25 ms longer than the others (quantizing x 2.3 against 0.3 ms, gate/up 42-44
-    // against 29, quantizing h 6-7 against 1.1; Zen 5), which a server's first request after loading would pay.
-    for (auto &grp : groups_)
-        for (mem::NumaBuffer *b : {&grp->h, &grp->hq, &grp->h_scale, &grp->h_sums, &grp->slot_amax, &grp->partial, &grp->tiles})
-            b->prefault();
-    for (mem::NumaBuffer *b : {&shared_.xq, &shared_.x_scale, &shared_.x_sums_gate, &shared_.x_sums_up}) b->prefault();
     if (need.experts > have_.experts) {
         shared_.count.resize(static_cast<size_t>(need.experts));
         shared_.offset.resize(static_cast<size_t>(need.experts + 1));

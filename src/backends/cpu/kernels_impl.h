@@ -380,10 +380,10 @@ struct Kernels {
         // the row's activation sum for the group times minus the offset (QuantSpec), so that the integer sum comes
         // out corrected, where a subtraction per row, vector and group used to correct it in the flush. Zen 5, in
         // cache (bench_gemm BM_gemm_cached, K 2048, 3 alternating rounds): Q6_K +3-9 % at 32 rows and +6-14 % at
-        // 128, INT4 g128 +11-18 % at 1 and 4 rows, the rest within 3 %. (The sums were first negated here, per row
-        // block, which cost Q4_0 3-6 % at 4 rows; negated where they are made, it gained 5-10 % there instead.)
-        // (The formats with mins keep their min term in the flush: gathering their sums as floats for it made GCC
-        // spill the float accumulators, and the kernel ran 3-9 % slower.)
+        // 128, INT4 g128 +11-18 % at 1 and 4 rows, the rest within 3 %; the sums were first negated here, per row
+        // block, which cost Q4_0 3-6 % at 4 rows, and negated where they are made it gained 5-10 % there instead.
+        // The formats with mins keep their min term in the flush: gathering their sums as floats for it made GCC
+        // spill the float accumulators, and the kernel ran 3-9 % slower.
         constexpr bool kOffsetStart = !kSigned<T> && !Fmt<T>::kMins;
         VI acci[mr][kNV][kSplit];
         auto start_group = [&](int64_t g) KT_ALWAYS_INLINE {

@@ -272,6 +272,36 @@ TEST_CASE("gemm kernels: K-quants and IQ4_XS as stored") {
     check_case({KT_TYPE_IQ4_XS, moe::TargetFormat::kAsSource, 0, {256, 512}}, 54);
 }
 
+TEST_CASE("gemm kernels: a row gives the same bits alone and among other rows") {
+    // A call of several row blocks prepares each panel's scales and mins once for all of them (kernels_impl.h,
+    // int_gemm_typed), a call of one block reads them from the packed arrays per group; past kMaxPreparedGroups
+    // (128 groups) every call reads the packed arrays. A row's result may not depend on which.
+    const Case cases[] = {{KT_TYPE_Q4_K, moe::TargetFormat::kAsSource, 0, {768, 4352}},
+                          {KT_TYPE_Q5_K, moe::TargetFormat::kAsSource, 0, {512}},
+                          {KT_TYPE_Q6_K, moe::TargetFormat::kAsSource, 0, {768}},
+                          {KT_TYPE_Q8_0, moe::TargetFormat::kAsSource, 0, {96}}};
+    const int64_t rows = 40, m = 13;
+    for (const Case &c : cases) {
+        for (int64_t cols : c.ks) {
+            const std::vector<uint8_t> bytes = test::random_gguf_rows(c.src_type, rows, cols, 71 + cols);
+            moe::MatrixSource src;
+            REQUIRE(moe::make_source(c.src_type, bytes.data(), rows, cols, &src).is_ok());
+            const std::vector<float> x = test::random_normal(static_cast<size_t>(m * cols), 73 + cols);
+            for (const cpu::KernelSet *ks : all_sets()) {
+                INFO("type " << ops::type_traits(c.src_type)->name << " K " << cols << " kernel set " << ks->name);
+                cpu::IsaLevel ran_on = cpu::IsaLevel::kScalar;
+                const std::vector<float> together = run_gemm(*ks, c, src, 0, rows, 0, cols, x, m, &ran_on);
+                for (int64_t i = 0; i < m; ++i) {
+                    const std::vector<float> xi(x.begin() + i * cols, x.begin() + (i + 1) * cols);
+                    const std::vector<float> alone = run_gemm(*ks, c, src, 0, rows, 0, cols, xi, 1, &ran_on);
+                    INFO("row " << i);
+                    CHECK(std::memcmp(alone.data(), together.data() + i * rows, sizeof(float) * rows) == 0);
+                }
+            }
+        }
+    }
+}
+
 TEST_CASE("gemm kernels: MXFP4 as stored (gpt-oss experts), awkward K and N included") {
     // K = 32 and 96 leave most of a 128-K nibble tile as padding; 70 rows leave a ragged last panel.
     check_case({KT_TYPE_MXFP4, moe::TargetFormat::kAsSource, 0, {32, 96, 160, 256, 2880}}, 55);

@@ -329,12 +329,42 @@ struct Kernels {
         }
     };
 
+    // A panel's prepared scales (panel_scales) as int_block reads them; a prefill call prepares panels of at most
+    // kMaxPreparedGroups groups (the driver's stack: 32 KB; longer K reads the packed arrays).
+    struct PanelScales {
+        const float *scale = nullptr, *neg_min = nullptr;
+    };
+    static constexpr int64_t kMaxPreparedGroups = 128;
+
+    // Panel p's group scales S_g as fp32 [groups][kPanel], and for the formats with mins -M_g alike: what
+    // ScaleCursor::load gives, computed once per panel for every row block that reads it (the integer GEMM's
+    // prefill calls, the AMX set's unpacked panels).
+    template <PackedType T>
+    static void panel_scales(const PackedMatrix &w, int64_t p, float *scale, float *neg_min) {
+        const VI sign = S::set1_32(static_cast<int32_t>(0x80000000u));
+        ScaleCursor<T> scales(w, p);
+        for (int64_t g = 0; g < w.layout.groups; ++g, scales.next()) {
+            for (int col = 0; col < kPanel; col += kW) {
+                VF s = S::fzero(), mn = S::fzero();
+                scales.load(col, &s, &mn);
+                S::storef(scale + g * kPanel + col, s);
+                // -min by its sign bit: fma(-min, x, acc) is then fnma(min, x, acc) bit for bit, zeros included.
+                if constexpr (Fmt<T>::kMins) S::storef(neg_min + g * kPanel + col, S::castf(S::xor_(S::casti(mn), sign)));
+            }
+        }
+    }
+
     // One block: rows [0, mr) x the kNV column vectors starting at panel column c0 of panel p, whole K.
     // kKpg: K steps of 4 per scale group (4, 8, 16, 32), or 0 for one group over the whole K (kInt8).
     // prefetch: what to prefetch while this block is computed (TilePrefetch).
-    template <PackedType T, int kKpg, int mr>
+    // kPrepared: the scales (and mins) come from `prepared` (panel_scales, made once for all row blocks of the
+    // panel), otherwise from the packed arrays (ScaleCursor); the same floats either way. Where several row
+    // blocks read a panel, a block decoded each group's scales again (a dozen instructions per group and column
+    // vector, a conversion and a broadcast of each row's sum for the min term).
+    template <PackedType T, int kKpg, int mr, bool kPrepared>
     static void int_block(const PackedMatrix &w, int64_t p, int c0, const int8_t *const *a, const int32_t *const *sums,
-                          const float *a_scale, float *const *c, int valid_cols, const TilePrefetch &prefetch) {
+                          const float *a_scale, float *const *c, int valid_cols, const TilePrefetch &prefetch,
+                          const PanelScales &prepared) {
         constexpr int kParts = Fmt<T>::kNibble ? 2 : 1;
         constexpr int kRowsPerFlush = (kKpg == 0 || kKpg > 16) ? 16 : kKpg;
         constexpr int kUMax = Fmt<T>::kUMax;
@@ -404,19 +434,36 @@ struct Kernels {
         };
 
         ScaleCursor<T> scales(w, p);
+        // Prepared: the rows' group sums as floats, converted once per block (the min term's broadcast operand).
+        constexpr bool kFloatSums = kPrepared && Fmt<T>::kMins;
+        alignas(64) float fsums[kFloatSums ? mr : 1][kFloatSums ? kMaxPreparedGroups : 1];
+        if constexpr (kFloatSums) {
+            for (int m = 0; m < mr; ++m) {
+                int64_t g = 0;
+                for (; g + kW <= L.groups; g += kW) S::storef(&fsums[m][g], S::cvt(S::loadu(sums[m] + g)));
+                for (; g < L.groups; ++g) fsums[m][g] = static_cast<float>(sums[m][g]);
+            }
+        }
         auto flush = [&](int64_t g) {
             for (int v = 0; v < kNV; ++v) {
-                VF scale = S::fzero(), min = S::fzero();
-                scales.load(vp[v].col, &scale, &min);
+                VF scale = S::fzero(), min = S::fzero();  // prepared: min holds -M_g
+                if constexpr (kPrepared) {
+                    scale = S::loadf(prepared.scale + g * kPanel + vp[v].col);
+                    if constexpr (Fmt<T>::kMins) min = S::loadf(prepared.neg_min + g * kPanel + vp[v].col);
+                } else {
+                    scales.load(vp[v].col, &scale, &min);
+                }
                 for (int m = 0; m < mr; ++m) {
                     accf[m][v] = S::fmadd(S::cvt(isum(m, v)), scale, accf[m][v]);
-                    if constexpr (Fmt<T>::kMins)
+                    if constexpr (kFloatSums)
+                        accf[m][v] = S::fmadd(min, S::fset1(fsums[m][g]), accf[m][v]);  // fnmadd(M_g, ...), bit for bit
+                    else if constexpr (Fmt<T>::kMins)
                         accf[m][v] = S::fnmadd(min, S::fset1(static_cast<float>(sums[m][g])), accf[m][v]);
                     if constexpr (!kOffsetStart)
                         for (int j = 0; j < kSplit; ++j) acci[m][v][j] = S::zero();
                 }
             }
-            scales.next();
+            if constexpr (!kPrepared) scales.next();
             if constexpr (kOffsetStart) {
                 if (g + 1 < L.groups) start_group(g + 1);
             }
@@ -526,7 +573,17 @@ struct Kernels {
             }
         }
         const TilePrefetch no_prefetch;
+        // Several row blocks per panel: the scales and mins of the formats with mins prepared once per panel
+        // (int_block, kPrepared). Zen 5, in cache (bench_gemm BM_gemm_cached, K 2048, best of 2 alternating
+        // rounds): Q4_K +5 % at 32 rows and +8 % at 128, Q5_K +7 / +6 %. The formats whose scale is one load or
+        // one product gained nothing (Q6_K and IQ4_XS within the noise, Q8_0, Q4_0 and INT4 2-5 % slower, best of 3).
+        constexpr bool kPrepares = Fmt<T>::kMins;
+        const bool prepare = kPrepares && blocks > 1 && w.layout.groups <= kMaxPreparedGroups;
+        alignas(64) float prepared_scale[kPrepares ? kMaxPreparedGroups * kPanel : 1];
+        alignas(64) float prepared_neg_min[kPrepares ? kMaxPreparedGroups * kPanel : 1];
+        const PanelScales prepared{prepared_scale, prepared_neg_min};
         for (int64_t p = n_begin / kPanel; p < p_end; ++p) {
+            if (prepare) panel_scales<T>(w, p, prepared_scale, prepared_neg_min);
             for (int c0 = 0; c0 < kPanel; c0 += kCols) {
                 const int valid = static_cast<int>(std::min<int64_t>(kPanel, n_end - p * kPanel)) - c0;
                 if (valid <= 0) break;
@@ -566,7 +623,10 @@ struct Kernels {
                         next_panel.lo = tile_share.lo;
                         next_panel.hi = tile_share.lo + tile_share.count();
                     }
-                    dispatch_mr<T, kKpg>(mr, w, p, c0, ap, sp, sc, cp, valid, *prefetch);
+                    if (prepare)  // (one instantiation for the formats that never prepare)
+                        dispatch_mr<T, kKpg, kPrepares>(mr, w, p, c0, ap, sp, sc, cp, valid, *prefetch, prepared);
+                    else
+                        dispatch_mr<T, kKpg, false>(mr, w, p, c0, ap, sp, sc, cp, valid, *prefetch, prepared);
                     if (prefetch == &next_panel) {
                         for (int i = 0; i < next_panel.n; ++i)
                             for (int64_t t = next_panel.lo; t < next_panel.hi; ++t) next_panel.share[i].next();
@@ -577,14 +637,15 @@ struct Kernels {
         }
     }
 
-    template <PackedType T, int kKpg, int mr = kMR>
+    template <PackedType T, int kKpg, bool kPrepared, int mr = kMR>
     static void dispatch_mr(int n, const PackedMatrix &w, int64_t p, int c0, const int8_t *const *a,
                             const int32_t *const *sums, const float *a_scale, float *const *c, int valid,
-                            const TilePrefetch &prefetch) {
+                            const TilePrefetch &prefetch, const PanelScales &prepared) {
         if constexpr (mr > 1) {
-            if (n < mr) return dispatch_mr<T, kKpg, mr - 1>(n, w, p, c0, a, sums, a_scale, c, valid, prefetch);
+            if (n < mr)
+                return dispatch_mr<T, kKpg, kPrepared, mr - 1>(n, w, p, c0, a, sums, a_scale, c, valid, prefetch, prepared);
         }
-        int_block<T, kKpg, mr>(w, p, c0, a, sums, a_scale, c, valid, prefetch);
+        int_block<T, kKpg, mr, kPrepared>(w, p, c0, a, sums, a_scale, c, valid, prefetch, prepared);
     }
 
     static void gemm_int(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t n_begin, int64_t n_end, float *c,
@@ -670,17 +731,7 @@ struct Kernels {
                 }
             }
         }
-        const VI sign = S::set1_32(static_cast<int32_t>(0x80000000u));
-        ScaleCursor<T> scales(w, p);
-        for (int64_t g = 0; g < L.groups; ++g, scales.next()) {
-            for (int col = 0; col < kPanel; col += kW) {
-                VF s = S::fzero(), mn = S::fzero();
-                scales.load(col, &s, &mn);
-                S::storef(scale + g * kPanel + col, s);
-                // -min by its sign bit: fma(-min, x, acc) is then fnma(min, x, acc) bit for bit, zeros included.
-                if constexpr (Fmt<T>::kMins) S::storef(neg_min + g * kPanel + col, S::castf(S::xor_(S::casti(mn), sign)));
-            }
-        }
+        panel_scales<T>(w, p, scale, neg_min);
     }
 
     static void unpack_panel_s8(const PackedMatrix &w, int64_t p, int8_t *tiles, float *scale, float *neg_min,

@@ -343,24 +343,30 @@ struct Kernels {
     static void panel_scales(const PackedMatrix &w, int64_t p, float *scale, float *neg_min) {
         const VI sign = S::set1_32(static_cast<int32_t>(0x80000000u));
         ScaleCursor<T> scales(w, p);
-        if constexpr (T == PackedType::kQ4_K || T == PackedType::kQ5_K) {
-            // ScaleCursor::load's products with the super-block's d and -dmin converted once per super-block, not
-            // per group: the same products ((-a) * b is -(a * b) exactly), a third fewer instructions.
+        if constexpr (T == PackedType::kQ4_K || T == PackedType::kQ5_K || T == PackedType::kQ6_K ||
+                      T == PackedType::kIq4Xs) {
+            // S_g = d · (a byte per group), M_g = dmin · (a byte per group): ScaleCursor::load's products, with the
+            // super-block's d and -dmin converted once per super-block instead of per group ((-a) · b is -(a · b)
+            // exactly): a third fewer instructions.
             constexpr int kV = static_cast<int>(kPanel) / kW;
             VF d[kV], neg_dmin[kV];
-            const uint8_t *converted = nullptr;  // the super-block whose d and dmin are in the registers
+            const uint8_t *converted = nullptr;  // the super-block whose d (and dmin) are in the registers
             for (int64_t g = 0; g < w.layout.groups; ++g, scales.next()) {
                 if (scales.sscale != converted) {
                     for (int v = 0; v < kV; ++v) {
                         d[v] = S::loadf_f16(reinterpret_cast<const uint16_t *>(scales.sscale) + v * kW);
-                        neg_dmin[v] = S::castf(S::xor_(
-                            S::casti(S::loadf_f16(reinterpret_cast<const uint16_t *>(scales.smin) + v * kW)), sign));
+                        if constexpr (Fmt<T>::kMins)
+                            neg_dmin[v] = S::castf(S::xor_(
+                                S::casti(S::loadf_f16(reinterpret_cast<const uint16_t *>(scales.smin) + v * kW)), sign));
                     }
                     converted = scales.sscale;
                 }
                 for (int v = 0; v < kV; ++v) {
-                    S::storef(scale + g * kPanel + v * kW, S::mul(d[v], S::loadf_u8(scales.gscale + v * kW)));
-                    S::storef(neg_min + g * kPanel + v * kW, S::mul(neg_dmin[v], S::loadf_u8(scales.gmin + v * kW)));
+                    const uint8_t *gs = scales.gscale + v * kW;
+                    const VF byte = Fmt<T>::kMins ? S::loadf_u8(gs) : S::loadf_i8(reinterpret_cast<const int8_t *>(gs));
+                    S::storef(scale + g * kPanel + v * kW, S::mul(d[v], byte));
+                    if constexpr (Fmt<T>::kMins)
+                        S::storef(neg_min + g * kPanel + v * kW, S::mul(neg_dmin[v], S::loadf_u8(scales.gmin + v * kW)));
                 }
             }
             return;
@@ -595,11 +601,11 @@ struct Kernels {
             }
         }
         const TilePrefetch no_prefetch;
-        // Several row blocks per panel: the scales and mins of the formats with mins prepared once per panel
-        // (int_block, kPrepared). Zen 5, in cache (bench_gemm BM_gemm_cached, K 2048, best of 2 alternating
-        // rounds): Q4_K +5 % at 32 rows and +8 % at 128, Q5_K +7 / +6 %. The formats whose scale is one load or
-        // one product gained nothing (Q6_K and IQ4_XS within the noise, Q8_0, Q4_0 and INT4 2-5 % slower, best of 3).
-        constexpr bool kPrepares = Fmt<T>::kMins;
+        // Several row blocks per panel: the scales (and mins) of the K-quants prepared once per panel (int_block,
+        // kPrepared). Zen 5, in cache (bench_gemm BM_gemm_cached, K 2048, best of 2 alternating rounds): Q4_K +5 %
+        // at 32 rows and +8 % at 128, Q5_K +7 / +6 %; Q6_K +3 / +0 % (median of 6 pairs). The formats whose scale is
+        // one load gained nothing (Q8_0, Q4_0 and INT4 2-5 % slower, best of 3).
+        constexpr bool kPrepares = Fmt<T>::kMins || T == PackedType::kQ6_K;
         const bool prepare = kPrepares && blocks > 1 && w.layout.groups <= kMaxPreparedGroups;
         alignas(64) float prepared_scale[kPrepares ? kMaxPreparedGroups * kPanel : 1];
         alignas(64) float prepared_neg_min[kPrepares ? kMaxPreparedGroups * kPanel : 1];

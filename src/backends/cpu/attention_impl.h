@@ -36,6 +36,27 @@ constexpr int kAccumulators = 2;
 
 inline v16 splat(float x) { return v16{} + x; }
 
+// The inner loops of the products work on the ISA's own vector width: GCC 12 lowers arrays of 16-lane vectors
+// to AVX2 or SSE2 through the stack (each broadcast 16 scalar stores, each accumulator moved through general
+// registers), which made the AVX2 f32 attention run at ~10 GFLOP/s. Lane for lane the same operations, so the
+// same bits on every level.
+#if defined(__AVX512F__)
+constexpr int kNativeLanes = 16;
+#elif defined(__AVX2__)
+constexpr int kNativeLanes = 8;
+#else
+constexpr int kNativeLanes = 4;
+#endif
+typedef float vn __attribute__((vector_size(kNativeLanes * 4)));
+constexpr int kParts = kLanes / kNativeLanes;  // native vectors per 16 lanes
+
+inline vn load_native(const float *p) {
+    vn v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+inline void store_native(float *p, vn v) { std::memcpy(p, &v, sizeof v); }
+
 inline v16 load(const float *p) {
     v16 v;
     std::memcpy(&v, p, sizeof v);
@@ -129,12 +150,15 @@ inline void in_passes(int64_t n, F &&f) {
 // in the loop.
 template <int NR>
 inline void qk_rows(const float *q, int64_t Dk, const float *kf, float scale, float *p, int64_t p_ld) {
-    v16 acc[NR] = {};
+    vn acc[NR][kParts] = {};
     for (int64_t d = 0; d < Dk; ++d) {
-        const v16 kv = load(kf + d * kLanes);
-        for (int i = 0; i < NR; ++i) acc[i] += q[i * Dk + d] * kv;
+        vn kv[kParts];
+        for (int h = 0; h < kParts; ++h) kv[h] = load_native(kf + d * kLanes + h * kNativeLanes);
+        for (int i = 0; i < NR; ++i)
+            for (int h = 0; h < kParts; ++h) acc[i][h] += q[i * Dk + d] * kv[h];
     }
-    for (int i = 0; i < NR; ++i) store(p + i * p_ld, acc[i] * scale);
+    for (int i = 0; i < NR; ++i)
+        for (int h = 0; h < kParts; ++h) store_native(p + i * p_ld + h * kNativeLanes, acc[i][h] * scale);
 }
 
 // o[0, NV·16) = o · correction + Σ_c p[c] · v[c][0, NV·16), with c ascending for every element. Each of the NV
@@ -142,13 +166,14 @@ inline void qk_rows(const float *q, int64_t Dk, const float *kf, float scale, fl
 // vector (4 cycles each on Zen 5) and took most of a prefill's f32 attention time.
 template <int NV>
 inline void pv_vectors(float *o, const float *v, int64_t v_ld, const float *p, int64_t seen, float correction) {
-    v16 acc[NV];
-    for (int j = 0; j < NV; ++j) acc[j] = load(o + j * kLanes) * correction;
+    constexpr int kN = NV * kParts;  // native vectors
+    vn acc[kN];
+    for (int j = 0; j < kN; ++j) acc[j] = load_native(o + j * kNativeLanes) * correction;
     for (int64_t c = 0; c < seen; ++c) {
-        const v16 pc = splat(p[c]);
-        for (int j = 0; j < NV; ++j) acc[j] += pc * load(v + c * v_ld + j * kLanes);
+        const float pc = p[c];
+        for (int j = 0; j < kN; ++j) acc[j] += pc * load_native(v + c * v_ld + j * kNativeLanes);
     }
-    for (int j = 0; j < NV; ++j) store(o + j * kLanes, acc[j]);
+    for (int j = 0; j < kN; ++j) store_native(o + j * kNativeLanes, acc[j]);
 }
 
 // The f32 products, a step of kF32StepPositions positions at a time (attention_kernels.h): each 16-key tile is

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <memory>
 #include <vector>
@@ -232,6 +233,20 @@ TEST_CASE("attention products: f32, bf16 and bf16x3 tiles equal the definition o
         if (host == IsaLevel::kAmx) {
             kt::cpu::set_max_isa_level(IsaLevel::kAmx);
             check_level(IsaLevel::kAmx, sh, long_seqs, scale, *pool, IsaLevel::kAmx);
+        }
+        // The f32 products give the same bits on AVX2 and AVX-512: each runs the same operations lane for lane
+        // (attention_impl.h), the sums across lanes in one order. (The scalar level has no fused multiply-add.)
+        std::vector<std::vector<float>> first;
+        for (IsaLevel level : {IsaLevel::kAvx2, IsaLevel::kAvx512}) {
+            if (level > host) continue;
+            kt::cpu::set_max_isa_level(level);
+            INFO("f32 products, level " << kt::cpu::isa_level_name(level) << " H " << sh.H << " Dk " << sh.Dk << " Dv " << sh.Dv);
+            kt::cpu::GemmCounts counts;
+            std::vector<std::vector<float>> out;
+            run_cache(sh, seqs, KT_TYPE_F16, Products::kF32, scale, *pool, &counts, &out);
+            if (first.empty()) first = out;
+            for (size_t i = 0; i < out.size(); ++i)
+                CHECK(std::memcmp(out[i].data(), first[i].data(), sizeof(float) * out[i].size()) == 0);
         }
         kt::cpu::set_max_isa_level(cap);
     }

@@ -48,6 +48,7 @@ constexpr int kNativeLanes = 8;
 constexpr int kNativeLanes = 4;
 #endif
 typedef float vn __attribute__((vector_size(kNativeLanes * 4)));
+typedef int32_t vni __attribute__((vector_size(kNativeLanes * 4)));
 constexpr int kParts = kLanes / kNativeLanes;  // native vectors per 16 lanes
 
 inline vn load_native(const float *p) {
@@ -93,22 +94,28 @@ inline size_t elem_bytes(KvElem e) { return e == KvElem::kF32 ? 4 : 2; }
 
 // e^x for x <= 0 (softmax arguments), ~2 ulp: 2^n · p(r) with r = x - n ln 2 in [-ln2/2, ln2/2], p of degree 6;
 // below -87.3 the result is 0.
-inline v16 exp_nonpositive(v16 x) {
-    const v16 clamped = x < -87.3f ? splat(-87.3f) : x;
-    const v16 n = (clamped * 1.44269504f + 12582912.0f) - 12582912.0f;  // round to nearest
-    const v16 r = (clamped - n * 0.693359375f) - n * -2.12194440e-4f;   // ln 2 in two parts
-    v16 p = splat(1.0f / 720) * r + (1.0f / 120);
+// Written once for the 16-lane vectors (VF v16, VI v16i) and the native ones (vn, vni): lane for lane the same.
+template <class VF, class VI>
+inline VF exp_nonpositive_lanes(VF x) {
+    const VF clamped = x < -87.3f ? VF{} + -87.3f : x;
+    const VF n = (clamped * 1.44269504f + 12582912.0f) - 12582912.0f;  // round to nearest
+    const VF r = (clamped - n * 0.693359375f) - n * -2.12194440e-4f;   // ln 2 in two parts
+    VF p = (VF{} + 1.0f / 720) * r + (1.0f / 120);
     p = p * r + (1.0f / 24);
     p = p * r + (1.0f / 6);
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    const v16i e = (__builtin_convertvector(n, v16i) + 127) << 23;
-    v16 scale;
+    const VI e = (__builtin_convertvector(n, VI) + 127) << 23;
+    VF scale;
     std::memcpy(&scale, &e, sizeof scale);
-    const v16 y = p * scale;
-    return x < -87.3f ? v16{} : y;
+    const VF y = p * scale;
+    return x < -87.3f ? VF{} : y;
 }
+inline v16 exp_nonpositive(v16 x) { return exp_nonpositive_lanes<v16, v16i>(x); }
+inline vn exp_nonpositive_native(vn x) { return exp_nonpositive_lanes<vn, vni>(x); }
+// e^x of one scalar x <= 0, as the vector versions give it.
+inline float exp_nonpositive_one(float x) { return exp_nonpositive_native(vn{} + x)[0]; }
 
 // Horizontal max and sum by halving (shuffles), not lane by lane.
 typedef float v8 __attribute__((vector_size(32)));
@@ -127,6 +134,36 @@ inline float hsum(v16 v) {
     const v8 s8 = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
     const v4 s4 = __builtin_shufflevector(s8, s8, 0, 1, 2, 3) + __builtin_shufflevector(s8, s8, 4, 5, 6, 7);
     return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+
+// hsum and hmax of the 16 lanes held as kParts native vectors, added in hsum's order (lanes i and i + 8, then i
+// and i + 4, then pairs), so the same bits as hsum of the v16.
+inline float hsum_native(const vn *parts) {
+#if defined(__AVX512F__)
+    return hsum(parts[0]);
+#else
+#if defined(__AVX2__)
+    const v8 s8 = parts[0] + parts[1];
+    const v4 s4 = __builtin_shufflevector(s8, s8, 0, 1, 2, 3) + __builtin_shufflevector(s8, s8, 4, 5, 6, 7);
+#else
+    const v4 s4 = (parts[0] + parts[2]) + (parts[1] + parts[3]);
+#endif
+    return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+#endif
+}
+// The largest lane of one native vector (a max has no rounding: any order gives it).
+inline float hmax_native(vn v) {
+#if defined(__AVX512F__)
+    return hmax(v);
+#else
+#if defined(__AVX2__)
+    const v4 c = __builtin_shufflevector(v, v, 0, 1, 2, 3), d = __builtin_shufflevector(v, v, 4, 5, 6, 7);
+    const v4 m = c > d ? c : d;
+#else
+    const v4 m = v;
+#endif
+    return std::max(std::max(m[0], m[1]), std::max(m[2], m[3]));
+#endif
 }
 
 // The first position row r attends to.
@@ -205,8 +242,8 @@ inline void attend_f32(const AttentionArgs &a) {
         std::fill_n(o + r * Dv, Dv, 0.0f);
     }
     const bool dv_vectors = Dv % kLanes == 0;
-    v16i lane;
-    for (int i = 0; i < kLanes; ++i) lane[i] = i;
+    vni lane;
+    for (int i = 0; i < kNativeLanes; ++i) lane[i] = i;
 
     for (int64_t step = min_first / kStep; step < n_steps; ++step) {
         const int64_t pos0 = step * kStep;
@@ -245,24 +282,26 @@ inline void attend_f32(const AttentionArgs &a) {
             const int64_t seen = std::min<int64_t>(a.visible[r] - pos0, kStep);
             const int64_t skip = first_visible(a, r) - pos0;  // positions before the window
             if (seen <= 0 || skip >= kStep) continue;  // the whole step is in this row's future or outside its window
-            const int64_t tiles = (seen + kLanes - 1) / kLanes;  // past them every lane is masked
+            // On native vectors (see pv_vectors): the tiles' lanes as kParts vectors each, the sum kept per part
+            // so that hsum_native adds the 16 lanes in hsum's order.
+            const int64_t parts = (seen + kLanes - 1) / kLanes * kParts;  // past the tiles every lane is masked
             float *pr = p + r * kStep;
-            v16 s[kTiles], top = splat(-INFINITY);
-            for (int64_t t = 0; t < tiles; ++t) {
-                const v16i at = lane + static_cast<int32_t>(t * kLanes);
-                const v16i in_view = (at >= static_cast<int32_t>(skip)) & (at < static_cast<int32_t>(seen));
-                s[t] = in_view ? load(pr + t * kLanes) : splat(-INFINITY);
-                top = top > s[t] ? top : s[t];
+            vn s[kTiles * kParts], top = vn{} + -INFINITY;
+            for (int64_t u = 0; u < parts; ++u) {
+                const vni at = lane + static_cast<int32_t>(u * kNativeLanes);
+                const vni in_view = (at >= static_cast<int32_t>(skip)) & (at < static_cast<int32_t>(seen));
+                s[u] = in_view ? load_native(pr + u * kNativeLanes) : vn{} + -INFINITY;
+                top = top > s[u] ? top : s[u];
             }
-            const float m_new = std::max(m[r], hmax(top));
-            const float correction = exp_nonpositive(splat(m[r] - m_new))[0];
-            v16 sum = {};
-            for (int64_t t = 0; t < tiles; ++t) {
-                const v16 e = exp_nonpositive(s[t] - m_new);
-                store(pr + t * kLanes, e);
-                sum += e;
+            const float m_new = std::max(m[r], hmax_native(top));
+            const float correction = exp_nonpositive_one(m[r] - m_new);
+            vn sum[kParts] = {};
+            for (int64_t u = 0; u < parts; ++u) {
+                const vn e = exp_nonpositive_native(s[u] - m_new);
+                store_native(pr + u * kNativeLanes, e);
+                sum[u % kParts] += e;
             }
-            l[r] = l[r] * correction + hsum(sum);
+            l[r] = l[r] * correction + hsum_native(sum);
             m[r] = m_new;
             float *orow = o + r * Dv;
             if (dv_vectors) {
@@ -282,8 +321,8 @@ inline void attend_f32(const AttentionArgs &a) {
         float rescale = 1.0f;
         if (a.sinks) {  // the sink joins the softmax as one more logit with no value
             const float m_new = std::max(m[r], a.sinks[r]);
-            rescale = exp_nonpositive(splat(m[r] - m_new))[0];
-            l[r] = l[r] * rescale + exp_nonpositive(splat(a.sinks[r] - m_new))[0];
+            rescale = exp_nonpositive_one(m[r] - m_new);
+            l[r] = l[r] * rescale + exp_nonpositive_one(a.sinks[r] - m_new);
         }
         const float inv = rescale / l[r];
         for (int64_t i = 0; i < Dv; ++i) o[r * Dv + i] *= inv;

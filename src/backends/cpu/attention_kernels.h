@@ -38,8 +38,8 @@ namespace kt::cpu {
 struct KernelSet;
 
 inline constexpr int64_t kKeyTile = 16;
-// Positions per online-softmax step of the f32 products: two key tiles.
-inline constexpr int64_t kF32StepPositions = 2 * kKeyTile;
+// Positions per online-softmax step of the f32 products: four key tiles (attention_impl.h, attend_f32).
+inline constexpr int64_t kF32StepPositions = 4 * kKeyTile;
 
 enum class KvElem : int32_t { kF32 = 0, kF16 = 1, kBf16 = 2 };
 

@@ -39,7 +39,7 @@ inline v16 splat(float x) { return v16{} + x; }
 // The inner loops of the products work on the ISA's own vector width: GCC 12 lowers arrays of 16-lane vectors
 // to AVX2 or SSE2 through the stack (each broadcast 16 scalar stores, each accumulator moved through general
 // registers), which made the AVX2 f32 attention run at ~10 GFLOP/s. Lane for lane the same operations, so the
-// same bits on every level.
+// same bits on AVX2 and AVX-512 (the scalar level has no fused multiply-add, so its own).
 #if defined(__AVX512F__)
 constexpr int kNativeLanes = 16;
 #elif defined(__AVX2__)

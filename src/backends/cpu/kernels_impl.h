@@ -347,7 +347,7 @@ struct Kernels {
                       T == PackedType::kIq4Xs) {
             // S_g = d · (a byte per group), M_g = dmin · (a byte per group): ScaleCursor::load's products, with the
             // super-block's d and -dmin converted once per super-block instead of per group ((-a) · b is -(a · b)
-            // exactly): a third fewer instructions.
+            // exactly): about a quarter fewer instructions per group.
             constexpr int kV = static_cast<int>(kPanel) / kW;
             VF d[kV], neg_dmin[kV];
             const uint8_t *converted = nullptr;  // the super-block whose d (and dmin) are in the registers
@@ -441,7 +441,8 @@ struct Kernels {
         // 128, INT4 g128 +11-18 % at 1 and 4 rows, the rest within 3 %; the sums were first negated here, per row
         // block, which cost Q4_0 3-6 % at 4 rows, and negated where they are made it gained 5-10 % there instead.
         // The formats with mins keep their min term in the flush: gathering their sums as floats for it made GCC
-        // spill the float accumulators, and the kernel ran 3-9 % slower.
+        // spill the float accumulators, and the kernel ran 3-9 % slower (a prepared block reads float copies of the
+        // sums from memory instead, kFloatSums, which holds no register).
         constexpr bool kOffsetStart = !kSigned<T> && !Fmt<T>::kMins;
         VI acci[mr][kNV][kSplit];
         auto start_group = [&](int64_t g) KT_ALWAYS_INLINE {

@@ -26,27 +26,21 @@ constexpr int kLanes = 16;
 // Independent accumulators per pass of Q·Kᵀ (query rows sharing each key vector) and of P·V (vectors of a row of
 // o sharing each probability): 8 in AVX-512's 32 registers; a 16-lane vector is two AVX2 registers (16 of them)
 // and four SSE2 ones (16), so fewer there.
+// The products' inner loops and the online softmax work on the ISA's own vector width (kNativeLanes): GCC 12
+// lowers arrays of 16-lane vectors to AVX2 or SSE2 through the stack (each broadcast 16 scalar stores, each
+// accumulator moved through general registers), which made the AVX2 f32 attention run at ~10 GFLOP/s. Lane for
+// lane the same operations, so the same bits on AVX2 and AVX-512 (the scalar level has no fused multiply-add, so
+// its own).
 #if defined(__AVX512F__)
-constexpr int kAccumulators = 8;
+constexpr int kAccumulators = 8, kNativeLanes = 16;
 #elif defined(__AVX2__)
-constexpr int kAccumulators = 4;
+constexpr int kAccumulators = 4, kNativeLanes = 8;
 #else
-constexpr int kAccumulators = 2;
+constexpr int kAccumulators = 2, kNativeLanes = 4;
 #endif
 
 inline v16 splat(float x) { return v16{} + x; }
 
-// The inner loops of the products work on the ISA's own vector width: GCC 12 lowers arrays of 16-lane vectors
-// to AVX2 or SSE2 through the stack (each broadcast 16 scalar stores, each accumulator moved through general
-// registers), which made the AVX2 f32 attention run at ~10 GFLOP/s. Lane for lane the same operations, so the
-// same bits on AVX2 and AVX-512 (the scalar level has no fused multiply-add, so its own).
-#if defined(__AVX512F__)
-constexpr int kNativeLanes = 16;
-#elif defined(__AVX2__)
-constexpr int kNativeLanes = 8;
-#else
-constexpr int kNativeLanes = 4;
-#endif
 typedef float vn __attribute__((vector_size(kNativeLanes * 4)));
 typedef int32_t vni __attribute__((vector_size(kNativeLanes * 4)));
 constexpr int kParts = kLanes / kNativeLanes;  // native vectors per 16 lanes

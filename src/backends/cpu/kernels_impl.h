@@ -349,7 +349,7 @@ struct Kernels {
             // super-block's d and -dmin converted once per super-block instead of per group ((-a) · b is -(a · b)
             // exactly): about a quarter fewer instructions per group.
             constexpr int kV = static_cast<int>(kPanel) / kW;
-            VF d[kV], neg_dmin[kV];
+            VF d[kV] = {}, neg_dmin[kV] = {};  // (set at the first group: sscale is never null)
             const uint8_t *converted = nullptr;  // the super-block whose d (and dmin) are in the registers
             for (int64_t g = 0; g < w.layout.groups; ++g, scales.next()) {
                 if (scales.sscale != converted) {

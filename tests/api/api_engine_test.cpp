@@ -205,11 +205,12 @@ TEST_CASE("engine api: a read hands each token out once, waits or polls, and rep
     CHECK(kt_sequence_read(nullptr, &t, 1, 0, &n, &finish) == KT_STATUS_INVALID_ARGUMENT);
     kt_sequence_free(seq);
 
-    // A poll of a sequence that has nothing new returns at once with nothing.
-    kt_engine_params one = engine_params(512);
+    // A poll of a sequence that has nothing new returns at once with nothing. `busy` holds the only slot for far
+    // longer than the 30 ms wait below (it is cancelled after it): 400 tokens of this small model once fit in 30 ms.
+    kt_engine_params one = engine_params(4096);
     one.max_sequences = 1;
     kt_engine *serial = create(m.model, one);
-    kt_sequence *busy = submit(serial, prompt_of(4, 2), 400);
+    kt_sequence *busy = submit(serial, prompt_of(4, 2), 4000);
     kt_sequence *waiting = submit(serial, prompt_of(4, 3), 5);
     REQUIRE(kt_sequence_read(waiting, &t, 1, 0, &n, &finish) == KT_STATUS_OK);
     CHECK(n == 0);

@@ -343,34 +343,6 @@ struct Kernels {
     static void panel_scales(const PackedMatrix &w, int64_t p, float *scale, float *neg_min) {
         const VI sign = S::set1_32(static_cast<int32_t>(0x80000000u));
         ScaleCursor<T> scales(w, p);
-        if constexpr (T == PackedType::kQ4_K || T == PackedType::kQ5_K || T == PackedType::kQ6_K ||
-                      T == PackedType::kIq4Xs) {
-            // S_g = d · (a byte per group), M_g = dmin · (a byte per group): ScaleCursor::load's products, with the
-            // super-block's d and -dmin converted once per super-block instead of per group ((-a) · b is -(a · b)
-            // exactly): about a quarter fewer instructions per group.
-            constexpr int kV = static_cast<int>(kPanel) / kW;
-            VF d[kV] = {}, neg_dmin[kV] = {};  // (set at the first group: sscale is never null)
-            const uint8_t *converted = nullptr;  // the super-block whose d (and dmin) are in the registers
-            for (int64_t g = 0; g < w.layout.groups; ++g, scales.next()) {
-                if (scales.sscale != converted) {
-                    for (int v = 0; v < kV; ++v) {
-                        d[v] = S::loadf_f16(reinterpret_cast<const uint16_t *>(scales.sscale) + v * kW);
-                        if constexpr (Fmt<T>::kMins)
-                            neg_dmin[v] = S::castf(S::xor_(
-                                S::casti(S::loadf_f16(reinterpret_cast<const uint16_t *>(scales.smin) + v * kW)), sign));
-                    }
-                    converted = scales.sscale;
-                }
-                for (int v = 0; v < kV; ++v) {
-                    const uint8_t *gs = scales.gscale + v * kW;
-                    const VF byte = Fmt<T>::kMins ? S::loadf_u8(gs) : S::loadf_i8(reinterpret_cast<const int8_t *>(gs));
-                    S::storef(scale + g * kPanel + v * kW, S::mul(d[v], byte));
-                    if constexpr (Fmt<T>::kMins)
-                        S::storef(neg_min + g * kPanel + v * kW, S::mul(neg_dmin[v], S::loadf_u8(scales.gmin + v * kW)));
-                }
-            }
-            return;
-        }
         for (int64_t g = 0; g < w.layout.groups; ++g, scales.next()) {
             for (int col = 0; col < kPanel; col += kW) {
                 VF s = S::fzero(), mn = S::fzero();

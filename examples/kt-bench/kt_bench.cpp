@@ -22,7 +22,8 @@
 //          reference kernels nothing is counted and ppN's ops are the model's multiply-adds per token through the
 //          projections, router, dense/shared FFNs and the k routed experts, over the int8 peak.
 // "ran on" gives each test's share of multiply-adds per ISA and any AMX fallbacks.
-// A second table splits the time by part of the layer (kt_context_perf).
+// A second table splits the time by part of the layer (kt_context_perf); for generation tests a third gives each
+// part's rate, the weights it reads per token over its time per token, against the measured read bandwidth.
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -72,12 +73,27 @@ struct Test {
     }
 };
 
+// The parts of a forward step that kt_context_perf times, in the order of the split tables.
+enum Part : int { kAttentionPart, kExpertsPart, kDenseFfnPart, kHeadPart, kOtherPart, kParts };
+
+// The part whose time reads tensor `name`: the blocks' attention tensors, the rest of a layer with routed experts
+// (norm, router, experts, shared experts: kt_perf's experts) or without (dense ffn), the output head; the
+// embedding and anything else is "other".
+Part part_of(const std::string &name, const std::vector<bool> &moe_layer) {
+    if (name == "output.weight" || name == "output_norm.weight") return kHeadPart;
+    if (name.rfind("blk.", 0) != 0) return kOtherPart;
+    if (name.find(".attn_") != std::string::npos) return kAttentionPart;
+    const size_t layer = static_cast<size_t>(std::strtoull(name.c_str() + 4, nullptr, 10));
+    return layer < moe_layer.size() && moe_layer[layer] ? kExpertsPart : kDenseFfnPart;
+}
+
 // What the model file says about itself, for the table and the roofline bounds.
 struct ModelInfo {
     std::string path, desc;
     uint64_t bytes = 0, params = 0;
     int64_t n_vocab = 0;
     double bytes_per_token = 0;  // weights read by one decode step (KV cache excluded)
+    double part_bytes[kParts] = {};  // bytes_per_token by the part of the layer whose time reads them
     double expert_bytes = 0;     // all routed-expert tensors
     int64_t n_expert = 0, n_used = 0;
     double macs_per_token = 0;   // multiply-adds per prefill token through projections, router and experts
@@ -134,6 +150,23 @@ ModelInfo describe(kt_model *model, const std::string &path) {
 
     bool has_output = false;
     const int64_t count = kt_model_tensor_count(model);
+    std::vector<bool> moe_layer;  // layers with routed-expert tensors
+    for (int64_t i = 0; i < count; ++i) {
+        kt_tensor_info t;
+        t.struct_size = sizeof t;
+        if (kt_model_tensor_info(model, i, &t) != KT_STATUS_OK) continue;
+        const std::string name = t.name;
+        if (name.rfind("blk.", 0) != 0 || !contains(name, "_exps.")) continue;
+        const size_t layer = static_cast<size_t>(std::strtoull(name.c_str() + 4, nullptr, 10));
+        if (layer < (size_t{1} << 20)) {  // (a layer number, not a hostile one: the file was loaded)
+            if (moe_layer.size() <= layer) moe_layer.resize(layer + 1, false);
+            moe_layer[layer] = true;
+        }
+    }
+    auto add_read = [&](Part part, double bytes) {
+        m.bytes_per_token += bytes;
+        m.part_bytes[part] += bytes;
+    };
     for (int64_t i = 0; i < count; ++i) {
         kt_tensor_info t;
         t.struct_size = sizeof t;
@@ -144,13 +177,13 @@ ModelInfo describe(kt_model *model, const std::string &path) {
         if (name == "output.weight") has_output = true;
         if (name == "token_embd.weight") {
             m.n_vocab = t.ne[1];
-            m.bytes_per_token += static_cast<double>(t.n_bytes) / static_cast<double>(t.ne[1]);  // one row
+            add_read(kOtherPart, static_cast<double>(t.n_bytes) / static_cast<double>(t.ne[1]));  // one row
             continue;
         }
         const bool experts = contains(name, "_exps.");
         if (experts) m.expert_bytes += static_cast<double>(t.n_bytes);
         const double share = experts && n_expert > 0 ? static_cast<double>(n_used) / static_cast<double>(n_expert) : 1.0;
-        m.bytes_per_token += static_cast<double>(t.n_bytes) * share;
+        add_read(part_of(name, moe_layer), static_cast<double>(t.n_bytes) * share);
         const bool matrix = t.n_dims >= 2 && ends_with(name, ".weight");
         const bool counted = contains(name, "attn_q") || contains(name, "attn_k") || contains(name, "attn_v") ||
                              contains(name, "attn_output") || contains(name, "ffn_");
@@ -161,7 +194,7 @@ ModelInfo describe(kt_model *model, const std::string &path) {
             kt_tensor_info t;
             t.struct_size = sizeof t;
             if (kt_model_tensor_info(model, i, &t) == KT_STATUS_OK && std::string(t.name) == "token_embd.weight")
-                m.bytes_per_token += static_cast<double>(t.n_bytes);
+                add_read(kHeadPart, static_cast<double>(t.n_bytes));
         }
     }
     return m;
@@ -204,6 +237,11 @@ struct Result {
         return perf.attention_seconds + perf.experts_seconds + perf.dense_ffn_seconds + perf.head_seconds + perf.other_seconds;
     }
     double pct(double part) const { return phase_total() > 0 ? 100.0 * part / phase_total() : 0.0; }
+    double part_seconds(Part part) const {
+        const double by_part[kParts] = {perf.attention_seconds, perf.experts_seconds, perf.dense_ffn_seconds,
+                                        perf.head_seconds, perf.other_seconds};
+        return by_part[part];
+    }
 };
 
 std::string size_text(uint64_t bytes) {
@@ -461,9 +499,11 @@ void print_markdown(const std::vector<Result> &results) {
     for (size_t i = 0; i < results.size(); ++i) {
         const Result &r = results[i];
         if (i == 0 || r.model.path != results[i - 1].model.path)
-            std::printf("%s: %.4g MB read per generated token (+ KV cache: %llu bytes per token of context), %.4g GOP "
-                        "per prompt token\n",
-                        r.model.path.c_str(), r.model.bytes_per_token / 1e6,
+            std::printf("%s: %.4g MB read per generated token (attention %.4g, experts %.4g, dense ffn %.4g, head "
+                        "%.4g, other %.4g; + KV cache: %llu bytes per token of context), %.4g GOP per prompt token\n",
+                        r.model.path.c_str(), r.model.bytes_per_token / 1e6, r.model.part_bytes[kAttentionPart] / 1e6,
+                        r.model.part_bytes[kExpertsPart] / 1e6, r.model.part_bytes[kDenseFfnPart] / 1e6,
+                        r.model.part_bytes[kHeadPart] / 1e6, r.model.part_bytes[kOtherPart] / 1e6,
                         static_cast<unsigned long long>(r.kv_bytes_per_position), 2.0 * r.model.macs_per_token / 1e9);
         if (r.roofline.n_threads > 0)
             std::printf("  %-13s roofline with %d threads: read %.1f GB/s (%.0f MiB buffer), int8 dot %.0f GOP/s (%s), "
@@ -499,6 +539,39 @@ void print_markdown(const std::vector<Result> &results) {
         std::printf("| %-13s | %7d | %7.1f %% | %5.1f %% | %7.1f %% | %5.1f %% | %5.1f %% |\n", r.test.name().c_str(),
                     r.threads, r.pct(r.perf.attention_seconds), r.pct(r.perf.experts_seconds),
                     r.pct(r.perf.dense_ffn_seconds), r.pct(r.perf.head_seconds), r.pct(r.perf.other_seconds));
+
+    // Generation alone: each part's weights per token over its time per token, against the measured bandwidth.
+    // Where a part reads at a lower rate than the others, its kernels (or the work between them) hold decode back.
+    bool any_gen = false;
+    for (const Result &r : results) any_gen = any_gen || (r.test.n_prompt == 0 && r.test.n_gen > 0);
+    if (!any_gen) return;
+    std::printf("\nweights read per second by part, generation tests (GB/s, and of the roofline's read bandwidth):\n\n");
+    std::printf("| %-13s | %7s | %16s | %16s | %16s | %16s | %16s |\n", "test", "threads", "attention", "experts",
+                "dense ffn", "head", "whole step");
+    std::printf("| ------------- | ------: | ---------------: | ---------------: | ---------------: | ---------------: | "
+                "---------------: |\n");
+    for (const Result &r : results) {
+        if (r.test.n_prompt != 0 || r.test.n_gen <= 0) continue;
+        const double tokens = static_cast<double>(r.test.n_gen) * static_cast<double>(r.seconds.size());
+        auto rate = [&](double bytes_per_token, double seconds) {
+            char buf[40] = "-";
+            if (bytes_per_token > 0 && seconds > 0) {
+                const double bytes_per_s = bytes_per_token * tokens / seconds;
+                if (r.roofline.read_bytes_per_s > 0)
+                    std::snprintf(buf, sizeof buf, "%.1f (%.0f %%)", bytes_per_s / 1e9,
+                                  100.0 * bytes_per_s / r.roofline.read_bytes_per_s);
+                else
+                    std::snprintf(buf, sizeof buf, "%.1f", bytes_per_s / 1e9);
+            }
+            return std::string(buf);
+        };
+        std::printf("| %-13s | %7d | %16s | %16s | %16s | %16s | %16s |\n", r.test.name().c_str(), r.threads,
+                    rate(r.model.part_bytes[kAttentionPart], r.part_seconds(kAttentionPart)).c_str(),
+                    rate(r.model.part_bytes[kExpertsPart], r.part_seconds(kExpertsPart)).c_str(),
+                    rate(r.model.part_bytes[kDenseFfnPart], r.part_seconds(kDenseFfnPart)).c_str(),
+                    rate(r.model.part_bytes[kHeadPart], r.part_seconds(kHeadPart)).c_str(),
+                    rate(r.model.bytes_per_token, r.phase_total()).c_str());
+    }
 }
 
 struct Field {

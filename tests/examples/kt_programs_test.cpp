@@ -299,6 +299,25 @@ TEST_CASE("kt-bench prints llama-bench's table with the roofline, and csv and js
     CHECK(md.all().find("roofline with 1 threads: read") != std::string::npos);
     CHECK(md.all().find("load average") != std::string::npos);
     CHECK(md.all().find("| attention |") != std::string::npos);
+    // The weights read per token, by part: this model's layers all have routed experts, so their FFN tensors are
+    // the experts' part and none is a dense FFN's; the parts add up to the total.
+    const std::string text = md.all();
+    const size_t line = text.find("qwen3moe.q8_0.gguf: ");
+    REQUIRE(line != std::string::npos);
+    double total = 0, attention = 0, experts = 0, dense = 0, head = 0, other = 0;
+    REQUIRE(std::sscanf(text.c_str() + line + std::strlen("qwen3moe.q8_0.gguf: "),
+                        "%lf MB read per generated token (attention %lf, experts %lf, dense ffn %lf, head %lf, other %lf;",
+                        &total, &attention, &experts, &dense, &head, &other) == 6);
+    CHECK(attention > 0);
+    CHECK(experts > 0);
+    CHECK(dense == 0);
+    CHECK(head > 0);
+    CHECK(other > 0);
+    CHECK(attention + experts + dense + head + other == Approx(total).epsilon(0.002));
+    const size_t rates = text.find("weights read per second by part");
+    REQUIRE(rates != std::string::npos);
+    CHECK(text.find("| tg4 ", rates) != std::string::npos);
+    CHECK(text.find("| pp16 ", rates) == std::string::npos);  // a prompt reads each weight once per batch, not per token
 
     kt::test::ProgramRun csv = run(KT_BENCH_EXE, common + " -o csv");
     REQUIRE(csv.exit_code == 0);

@@ -296,7 +296,15 @@ TEST_CASE("kt-bench prints llama-bench's table with the roofline, and csv and js
     CHECK(md.all().find("| qwen3moe ?B Q8_0") != std::string::npos);
     CHECK(md.all().find("pp16") != std::string::npos);
     CHECK(md.all().find("tg4") != std::string::npos);
-    CHECK(md.all().find("roofline with 1 threads: read") != std::string::npos);
+    // The bound's bandwidth is the larger of the probes just before and just after each test.
+    const size_t probe = md.all().find("roofline with 1 threads: read ");
+    REQUIRE(probe != std::string::npos);
+    double read = 0, read_before = 0, read_after = 0;
+    REQUIRE(std::sscanf(md.all().c_str() + probe, "roofline with 1 threads: read %lf GB/s (before %lf, after %lf;", &read,
+                        &read_before, &read_after) == 3);
+    CHECK(read_before > 0);
+    CHECK(read_after > 0);
+    CHECK(read == std::max(read_before, read_after));
     CHECK(md.all().find("load average") != std::string::npos);
     CHECK(md.all().find("| attention |") != std::string::npos);
     // The weights read per token, by part: this model's layers all have routed experts, so their FFN tensors are

@@ -11,8 +11,8 @@
 // Roofline (measured just before and just after each test, with the same threads; the bound takes the larger of
 // each figure): memory read bandwidth, the int8 and bf16 dot-product peaks of AVX-512 / AVX2 and, where AMX runs
 // natively, of the AMX tiles (kt_measure_roofline); the 1-minute load average before and after each test is
-// printed too. Each result is given as a fraction of the time
-// bound of its test, summed over its prompt and its generation, each max(bytes / bandwidth, ops / peak):
+// printed too. Each result is given as a fraction of the time bound of its test, summed over its prompt and its
+// generation, each max(bytes / bandwidth, ops / peak):
 //   bytes  tg: per token, every weight of the attention blocks, router, dense and shared FFNs and the output head,
 //          the routed experts' share k/X of the expert tensors, one embedding row, and the KV cache at the test's
 //          mean depth; pp: per batch of -ub tokens, the non-expert weights and the expected share of the experts
@@ -159,7 +159,7 @@ ModelInfo describe(kt_model *model, const std::string &path) {
         const std::string name = t.name;
         if (name.rfind("blk.", 0) != 0 || !contains(name, "_exps.")) continue;
         const size_t layer = static_cast<size_t>(std::strtoull(name.c_str() + 4, nullptr, 10));
-        if (layer < (size_t{1} << 20)) {  // (a layer number, not a hostile one: the file was loaded)
+        if (layer < (size_t{1} << 20)) {  // (the vector's size bounded whatever a name says)
             if (moe_layer.size() <= layer) moe_layer.resize(layer + 1, false);
             moe_layer[layer] = true;
         }

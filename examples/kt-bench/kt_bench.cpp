@@ -244,6 +244,16 @@ struct Result {
                                         perf.head_seconds, perf.other_seconds};
         return by_part[part];
     }
+    // Generation tests: weights read per second by a part (its bytes per token over its time per token; the whole
+    // step with kParts). 0 for tests with a prompt (a prompt reads each weight once per batch, not per token) and
+    // for parts that read nothing or took no time.
+    double read_rate(int part) const {
+        if (test.n_prompt != 0 || test.n_gen <= 0) return 0;
+        const double bytes = part == kParts ? model.bytes_per_token : model.part_bytes[part];
+        const double spent = part == kParts ? phase_total() : part_seconds(static_cast<Part>(part));
+        const double tokens = static_cast<double>(test.n_gen) * static_cast<double>(seconds.size());
+        return bytes > 0 && spent > 0 ? bytes * tokens / spent : 0;
+    }
 };
 
 std::string size_text(uint64_t bytes) {
@@ -570,25 +580,19 @@ void print_markdown(const std::vector<Result> &results) {
                 "---------------: |\n");
     for (const Result &r : results) {
         if (r.test.n_prompt != 0 || r.test.n_gen <= 0) continue;
-        const double tokens = static_cast<double>(r.test.n_gen) * static_cast<double>(r.seconds.size());
-        auto rate = [&](double bytes_per_token, double seconds) {
+        auto rate = [&](int part) {
             char buf[40] = "-";
-            if (bytes_per_token > 0 && seconds > 0) {
-                const double bytes_per_s = bytes_per_token * tokens / seconds;
-                if (r.roofline.read_bytes_per_s > 0)
-                    std::snprintf(buf, sizeof buf, "%.1f (%.0f %%)", bytes_per_s / 1e9,
-                                  100.0 * bytes_per_s / r.roofline.read_bytes_per_s);
-                else
-                    std::snprintf(buf, sizeof buf, "%.1f", bytes_per_s / 1e9);
-            }
+            const double bytes_per_s = r.read_rate(part);
+            if (bytes_per_s > 0 && r.roofline.read_bytes_per_s > 0)
+                std::snprintf(buf, sizeof buf, "%.1f (%.0f %%)", bytes_per_s / 1e9,
+                              100.0 * bytes_per_s / r.roofline.read_bytes_per_s);
+            else if (bytes_per_s > 0)
+                std::snprintf(buf, sizeof buf, "%.1f", bytes_per_s / 1e9);
             return std::string(buf);
         };
         std::printf("| %-13s | %7d | %16s | %16s | %16s | %16s | %16s |\n", r.test.name().c_str(), r.threads,
-                    rate(r.model.part_bytes[kAttentionPart], r.part_seconds(kAttentionPart)).c_str(),
-                    rate(r.model.part_bytes[kExpertsPart], r.part_seconds(kExpertsPart)).c_str(),
-                    rate(r.model.part_bytes[kDenseFfnPart], r.part_seconds(kDenseFfnPart)).c_str(),
-                    rate(r.model.part_bytes[kHeadPart], r.part_seconds(kHeadPart)).c_str(),
-                    rate(r.model.bytes_per_token, r.phase_total()).c_str());
+                    rate(kAttentionPart).c_str(), rate(kExpertsPart).c_str(), rate(kDenseFfnPart).c_str(),
+                    rate(kHeadPart).c_str(), rate(kParts).c_str());
     }
 }
 
@@ -645,6 +649,11 @@ std::vector<Field> fields(const Result &r) {
         {"dense_ffn_pct", num(r.pct(r.perf.dense_ffn_seconds)), false},
         {"head_pct", num(r.pct(r.perf.head_seconds)), false},
         {"other_pct", num(r.pct(r.perf.other_seconds)), false},
+        {"attention_read_bytes_per_s", num(r.read_rate(kAttentionPart)), false},
+        {"experts_read_bytes_per_s", num(r.read_rate(kExpertsPart)), false},
+        {"dense_ffn_read_bytes_per_s", num(r.read_rate(kDenseFfnPart)), false},
+        {"head_read_bytes_per_s", num(r.read_rate(kHeadPart)), false},
+        {"step_read_bytes_per_s", num(r.read_rate(kParts)), false},
     };
 }
 

@@ -334,5 +334,17 @@ TEST_CASE("kt-bench prints llama-bench's table with the roofline, and csv and js
     kt::test::ProgramRun json = run(KT_BENCH_EXE, common + " -o json -pg 8,2");
     REQUIRE(json.exit_code == 0);
     CHECK(json.all().find("\"test\": \"pp8+tg2\"") != std::string::npos);
+    // A generation test carries its read rates by part; a test with a prompt has none (0). The first result of
+    // each run: tg2 alone, then pp16 (the prompts come first).
+    auto first_step_rate = [](const std::string &text) {
+        double rate = -1;
+        const size_t at = text.find("\"step_read_bytes_per_s\": ");
+        if (at != std::string::npos) std::sscanf(text.c_str() + at, "\"step_read_bytes_per_s\": %lf", &rate);
+        return rate;
+    };
+    kt::test::ProgramRun gen_json = run(KT_BENCH_EXE, "-m " + model + " -p 0 -n 2 -r 1 -t 1 --roofline-mib 16 -o json");
+    REQUIRE(gen_json.exit_code == 0);
+    CHECK(first_step_rate(gen_json.all()) > 0);
+    CHECK(first_step_rate(json.all()) == 0);
     CHECK(run(KT_BENCH_EXE, "-m " + model + " -o xml").exit_code == 2);
 }

@@ -322,6 +322,22 @@ TEST_CASE("kt-bench prints llama-bench's table with the roofline, and csv and js
     CHECK(head > 0);
     CHECK(other > 0);
     CHECK(attention + experts + dense + head + other == Approx(total).epsilon(0.002));
+    // The head's part is the output projection and its norm, read whole each token: their bytes from the file.
+    double output_bytes = 0;
+    {
+        kt_model *m = nullptr;
+        REQUIRE(kt_model_load(model.c_str(), nullptr, &m, nullptr) == KT_STATUS_OK);
+        for (int64_t i = 0; i < kt_model_tensor_count(m); ++i) {
+            kt_tensor_info t;
+            t.struct_size = sizeof t;
+            REQUIRE(kt_model_tensor_info(m, i, &t) == KT_STATUS_OK);
+            if (std::string(t.name) == "output.weight" || std::string(t.name) == "output_norm.weight")
+                output_bytes += static_cast<double>(t.n_bytes);
+        }
+        kt_model_free(m);
+    }
+    REQUIRE(output_bytes > 0);
+    CHECK(head == Approx(output_bytes / 1e6).epsilon(0.001));
     const size_t rates = text.find("weights read per second by part");
     REQUIRE(rates != std::string::npos);
     CHECK(text.find("| tg4 ", rates) != std::string::npos);

@@ -352,10 +352,10 @@ TEST_CASE("kt-bench prints llama-bench's table with the roofline, and csv and js
     CHECK(json.all().find("\"test\": \"pp8+tg2\"") != std::string::npos);
     // A generation test carries its read rates by part; a test with a prompt has none (0). The first result of
     // each run: tg2 alone, then pp16 (the prompts come first).
-    auto first_step_rate = [](const std::string &text) {
+    auto first_step_rate = [](const std::string &out) {
         double rate = -1;
-        const size_t at = text.find("\"step_read_bytes_per_s\": ");
-        if (at != std::string::npos) std::sscanf(text.c_str() + at, "\"step_read_bytes_per_s\": %lf", &rate);
+        const size_t at = out.find("\"step_read_bytes_per_s\": ");
+        if (at != std::string::npos) std::sscanf(out.c_str() + at, "\"step_read_bytes_per_s\": %lf", &rate);
         return rate;
     };
     kt::test::ProgramRun gen_json = run(KT_BENCH_EXE, "-m " + model + " -p 0 -n 2 -r 1 -t 1 --roofline-mib 16 -o json");

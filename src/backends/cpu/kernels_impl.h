@@ -299,12 +299,14 @@ struct Kernels {
         const uint8_t *gscale, *gmin, *sscale, *smin;  // this group's and this super-block's entries
         int64_t groups_per_superblock, groups_left;     // groups left in this super-block
         int64_t superblocks_left;                       // this one included
-        // Q4_K and Q5_K: this super-block's d and dmin for each column vector of the panel, converted from f16 once
-        // per super-block, where load converted both per group and column vector. Zen 5, Q4_K in cache (bench_gemm
-        // BM_gemm_cached, K 2,048, best of 4 alternating rounds): one row 170 -> 178 GOP/s, four 452 -> 469, 32 and
-        // more within 1 %. Q6_K and IQ4_XS (one d per super-block, no min) lost 2-8 % at one row with the same
-        // change, so they keep converting in load.
-        static constexpr int kVecs = Fmt<T>::kMins ? static_cast<int>(kPanel) / kW : 1;
+        // Q4_K and Q5_K on AVX-512: this super-block's d and dmin for each column vector of the panel, converted from
+        // f16 once per super-block, where load converted both per group and column vector. Zen 5, Q4_K in cache
+        // (bench_gemm BM_gemm_cached, K 2,048, best of 4 alternating rounds): one row 170 -> 178 GOP/s, four 452 ->
+        // 469, 32 and more within 1 %. Q6_K and IQ4_XS (one d per super-block, no min) lost 2-8 % at one row with the
+        // same change, and AVX2 (four vectors a panel, in memory, of which a block reads two) lost 7 % on Q4_K at one
+        // row, so they keep converting in load.
+        static constexpr bool kPerSuperblock = Fmt<T>::kMins && kPanel == kCols;
+        static constexpr int kVecs = kPerSuperblock ? kNV : 1;
         VF d[kVecs] = {}, dmin[kVecs] = {};
 
         ScaleCursor(const PackedMatrix &w, int64_t p) {
@@ -320,7 +322,7 @@ struct Kernels {
             if (superblocks_left > 0) convert_superblock();
         }
         void convert_superblock() {
-            if constexpr (Fmt<T>::kMins) {
+            if constexpr (kPerSuperblock) {
                 for (int i = 0; i < kVecs; ++i) {
                     d[i] = S::loadf_f16(reinterpret_cast<const uint16_t *>(sscale) + i * kW);
                     dmin[i] = S::loadf_f16(reinterpret_cast<const uint16_t *>(smin) + i * kW);
@@ -355,8 +357,14 @@ struct Kernels {
                 const VI a = S::add32(half, S::set1_32(63)), b = S::add32(S::sub32(e, half), S::set1_32(63));
                 *scale = S::mul(S::castf(S::sll32_23(a)), S::castf(S::sll32_23(b)));
             } else if constexpr (T == PackedType::kQ4_K || T == PackedType::kQ5_K) {
-                *scale = S::mul(d[col / kW], S::loadf_u8(gs));
-                *min = S::mul(dmin[col / kW], S::loadf_u8(gmin + col));
+                if constexpr (kPerSuperblock) {
+                    *scale = S::mul(d[col / kW], S::loadf_u8(gs));
+                    *min = S::mul(dmin[col / kW], S::loadf_u8(gmin + col));
+                } else {
+                    *scale = S::mul(S::loadf_f16(reinterpret_cast<const uint16_t *>(ss)), S::loadf_u8(gs));
+                    *min = S::mul(S::loadf_f16(reinterpret_cast<const uint16_t *>(smin + col * 2)),
+                                  S::loadf_u8(gmin + col));
+                }
             }
         }
     };

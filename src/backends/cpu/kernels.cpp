@@ -78,7 +78,19 @@ simd::PrefetchTarget prefetch_target(const CpuFeatures &f) {
     return zen5_or_later ? simd::PrefetchTarget::kL1 : simd::PrefetchTarget::kL2;
 }
 
-enum SetIndex { kScalarSet, kAvx2Set, kAvx512Set, kAvx512VnniSet, kAvx512Bf16Set, kAvx512VnniBf16Set, kAmxSet, kSetCount };
+// kAvx512GfniSet: the host's best AVX-512 VNNI set (with BF16 where the host has it) with the integer GEMM's GFNI
+// form, which best_kernel_set prefers; the set without GFNI stays listed, so that tests run both on such a host.
+enum SetIndex {
+    kScalarSet,
+    kAvx2Set,
+    kAvx512Set,
+    kAvx512VnniSet,
+    kAvx512Bf16Set,
+    kAvx512VnniBf16Set,
+    kAvx512GfniSet,
+    kAmxSet,
+    kSetCount
+};
 
 struct Sets {
     KernelSet sets[kSetCount];
@@ -122,13 +134,23 @@ const Sets &all_sets() {
             if (bf16) r.sets[i].gemm_bf16 = detail::gemm_bf16_avx512_bf16();
             r.available[i] = true;
         }
+        const SetIndex best_avx512 = static_cast<SetIndex>(kAvx512Set + (f.avx512_vnni ? 1 : 0) + (f.avx512_bf16 ? 2 : 0));
+        const char *gfni_name = f.avx512_bf16 ? "avx512-vnni-bf16-gfni" : "avx512-vnni-gfni";
+        make(kAvx512GfniSet, gfni_name, IsaLevel::kAvx512, true, f.avx512_bf16);
+        detail::fill_scalar(&r.sets[kAvx512GfniSet]);
+        if (avx512 && f.avx512_vnni && f.gfni) {
+            r.sets[kAvx512GfniSet] = r.sets[best_avx512];
+            r.sets[kAvx512GfniSet].name = gfni_name;
+            r.sets[kAvx512GfniSet].gemm_int = detail::gemm_int_avx512_vnni_gfni();
+            r.available[kAvx512GfniSet] = true;
+        }
 
         // AMX over the host's best AVX-512 set. Built whenever AVX-512 is there: whether AMX code may run is
         // decided per call (amx::available(): the CPU's AMX, or a test's tile machine).
         make(kAmxSet, "amx", IsaLevel::kAmx, f.avx512_vnni, f.avx512_bf16);
         detail::fill_scalar(&r.sets[kAmxSet]);
         if (avx512) {
-            const SetIndex base = static_cast<SetIndex>(kAvx512Set + (f.avx512_vnni ? 1 : 0) + (f.avx512_bf16 ? 2 : 0));
+            const SetIndex base = r.available[kAvx512GfniSet] ? kAvx512GfniSet : best_avx512;
             detail::fill_amx(r.sets[base], &r.sets[kAmxSet]);
             r.available[kAmxSet] = true;
         }
@@ -165,6 +187,7 @@ const KernelSet &best_kernel_set(IsaLevel level) {
     if (static_cast<int>(level) >= static_cast<int>(IsaLevel::kAvx512)) {
         const bool vnni = f.avx512_vnni && !(off & kDisableVnni);
         const bool bf16 = f.avx512_bf16 && !(off & kDisableBf16);
+        if (vnni && bf16 == f.avx512_bf16 && all_sets().available[kAvx512GfniSet]) return all_sets().sets[kAvx512GfniSet];
         return *kernel_set(IsaLevel::kAvx512, vnni, bf16);
     }
     if (level == IsaLevel::kAvx2) return *kernel_set(IsaLevel::kAvx2, false, false);

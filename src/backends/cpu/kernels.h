@@ -73,7 +73,8 @@ struct SwigluParams {
 
 // One set of kernels; all pointers are non-null.
 struct KernelSet {
-    const char *name;  // "scalar", "avx2", "avx512", "avx512-vnni", "avx512-bf16", "avx512-vnni-bf16"
+    const char *name;  // "scalar", "avx2", "avx512", "avx512-vnni", "avx512-bf16", "avx512-vnni-bf16",
+                       // "avx512-vnni-bf16-gfni" (the last with GFNI as well), "amx"
     IsaLevel level;
     bool vnni;
     bool bf16;
@@ -127,8 +128,9 @@ inline void gemm(const KernelSet &ks, const PackedMatrix &w, const GemmActs &a, 
 // Kernel sets by capability. Returns nullptr when the host cannot run it.
 const KernelSet *kernel_set(IsaLevel level, bool vnni, bool bf16);
 // The best set for an ISA level (capped by what the host supports), with VNNI / AVX512-BF16 when the host has them
-// and they are not disabled by set_disabled_features. kAmx gives the AMX set when amx::available() (the CPU has
-// usable AMX, or tests installed the tile machine), else the best AVX-512 set.
+// and they are not disabled by set_disabled_features, and the GFNI form of the VNNI set where the host has GFNI
+// (and nothing is disabled). kAmx gives the AMX set when amx::available() (the CPU has usable AMX, or tests installed
+// the tile machine), else the best AVX-512 set.
 const KernelSet &best_kernel_set(IsaLevel level);
 // The level the kernels should use now: kAmx when amx::available(), else active_isa_level().
 IsaLevel kernel_level();

@@ -1,5 +1,6 @@
 // SIMD traits for AVX-512 (F, BW, DQ, VL), with AVX512-VNNI and AVX512-BF16 used when the template says so and
-// exact software replacements when not (a Skylake-class CPU has neither).
+// exact software replacements when not (a Skylake-class CPU has neither), and GFNI where the template says so
+// (Ice Lake and later, Zen 4 and later; Cascade and Cooper Lake have VNNI without it).
 //
 // Include only from translation units compiled with the matching -m flags, and call their functions only after
 // cpu_features says the CPU and OS support them.
@@ -14,7 +15,7 @@
 
 namespace kt::cpu::simd {
 
-template <bool kVnni, bool kBf16>
+template <bool kVnni, bool kBf16, bool kGfni = false>
 struct Avx512 {
     static constexpr int kW = 16;  // int32 / fp32 lanes; one vector = one 64-byte tile row = 16 columns
     // vpdpbusd accumulates into its destination: a chain of them runs at its latency (~5 cycles), not its
@@ -107,8 +108,19 @@ struct Avx512 {
     // by 4, 2, 0 and 62); it moves bits across bytes, but the & 0x30 keeps only each byte's own field. A shift right
     // to bit 0 and back left by 4 took one instruction more, and in a one-row Q6_K GEMV, bound by its decoding,
     // every instruction of this counts (kernels_impl.h, int_block).
+    // With GFNI one affine transform per byte does the rotate and the mask: output bit i of a byte is the parity of
+    // (matrix byte 7 - i) & input, so lane L's matrix takes input bit 2L to bit 4 and 2L + 1 to bit 5, and leaves
+    // the other bits zero (so the caller's merge with the low nibble is one vpternlogd). Zen 5, in cache (bench_gemm
+    // BM_gemm_cached Q6_K, K 2,048, 5 paired rounds, median ratio): one row 1.06x (4 of 5 faster), four 1.06x (5 of
+    // 5), 32 rows 1.02x. The same transform for the high nibbles' shift (Q5_K, Q6_K) gained nothing and cost Q5_K 2 %
+    // at four rows, so the nibbles keep their shift and mask.
     static VI high_bits6(const uint8_t *p, int /*vi*/) {
         const VI f = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+        if constexpr (kGfni) {
+            const VI lane_bits = _mm512_set_epi64(0x40800000, 0x40800000, 0x10200000, 0x10200000, 0x04080000,
+                                                  0x04080000, 0x01020000, 0x01020000);
+            return _mm512_gf2p8affine_epi64_epi8(f, lane_bits, 0);
+        }
         return _mm512_and_si512(_mm512_rolv_epi64(f, _mm512_set_epi64(62, 62, 0, 0, 2, 2, 4, 4)), _mm512_set1_epi8(0x30));
     }
 

@@ -16,7 +16,7 @@ formats=int8,int4,bf16,q4_k,q5_k,q6_k,q8_0,q4_0,iq4_xs
   echo "# memory: $(free -g | awk '/Mem:/ {print $2}') GiB; THP: $(cat /sys/kernel/mm/transparent_hugepage/enabled)"
   echo "# load average: $(cat /proc/loadavg)"
 } > "$out.log"
-"$build/bin/bench_gemm" --benchmark_filter='BM_peak|BM_gemm_cached/.*/(amx|avx512-vnni-bf16(-gfni)?)/' \
+"$build/bin/bench_gemm" --benchmark_filter='BM_peak|BM_gemm_cached/.*/(amx|avx512-vnni-bf16(-gfni-vbmi)?)/' \
   --benchmark_min_time=0.1 --benchmark_format=json > "$out.kernels.json" 2>>"$out.log"
 echo "# load average after bench_gemm: $(cat /proc/loadavg)" >> "$out.log"
 "$build/bin/kt-expert-bench" --preset qwen3 --format "$formats" --tokens 1,4 --reps 20 --warmup 3 --csv 2>>"$out.log" \

@@ -105,6 +105,7 @@ std::string describe_build() {
     std::string extras;
     if (f.avx512_vnni) extras += " avx512_vnni";
     if (f.avx512_bf16) extras += " avx512_bf16";
+    if (f.avx512_vbmi) extras += " avx512_vbmi";
     if (f.gfni) extras += " gfni";
     if (f.avx_vnni) extras += " avx_vnni";
     if (!extras.empty()) s += " (" + extras.substr(1) + ")";

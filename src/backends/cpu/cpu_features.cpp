@@ -98,6 +98,7 @@ CpuFeatures detect() {
     f.avx512vl = f.avx512f && bit(r7.ebx, 31);
     f.avx512_vnni = f.avx512f && bit(r7.ecx, 11);
     f.avx512_bf16 = f.avx512f && bit(r7_1.eax, 5);
+    f.avx512_vbmi = f.avx512f && bit(r7.ecx, 1);
     f.gfni = f.avx && bit(r7.ecx, 8);
 
     const bool cpu_amx = bit(r7.edx, 24) && bit(r7.edx, 25);  // AMX-TILE and AMX-INT8

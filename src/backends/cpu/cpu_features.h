@@ -29,6 +29,7 @@ struct CpuFeatures {
     bool avx512vl = false;
     bool avx512_vnni = false;
     bool avx512_bf16 = false;
+    bool avx512_vbmi = false;
     bool gfni = false;  // with AVX-512: the EVEX forms on 512-bit vectors
     bool amx_tile = false;
     bool amx_int8 = false;

@@ -78,8 +78,9 @@ simd::PrefetchTarget prefetch_target(const CpuFeatures &f) {
     return zen5_or_later ? simd::PrefetchTarget::kL1 : simd::PrefetchTarget::kL2;
 }
 
-// kAvx512GfniSet: the host's best AVX-512 VNNI set (with BF16 where the host has it) with the integer GEMM's GFNI
-// form, which best_kernel_set prefers; the set without GFNI stays listed, so that tests run both on such a host.
+// kAvx512GfniVbmiSet: the host's best AVX-512 VNNI set (with BF16 where the host has it) with the integer GEMM's form
+// for GFNI and AVX512-VBMI, which best_kernel_set prefers; the set without them stays listed, so that tests run both
+// on such a host.
 enum SetIndex {
     kScalarSet,
     kAvx2Set,
@@ -87,7 +88,7 @@ enum SetIndex {
     kAvx512VnniSet,
     kAvx512Bf16Set,
     kAvx512VnniBf16Set,
-    kAvx512GfniSet,
+    kAvx512GfniVbmiSet,
     kAmxSet,
     kSetCount
 };
@@ -135,14 +136,14 @@ const Sets &all_sets() {
             r.available[i] = true;
         }
         const SetIndex best_avx512 = static_cast<SetIndex>(kAvx512Set + (f.avx512_vnni ? 1 : 0) + (f.avx512_bf16 ? 2 : 0));
-        const char *gfni_name = f.avx512_bf16 ? "avx512-vnni-bf16-gfni" : "avx512-vnni-gfni";
-        make(kAvx512GfniSet, gfni_name, IsaLevel::kAvx512, true, f.avx512_bf16);
-        detail::fill_scalar(&r.sets[kAvx512GfniSet]);
-        if (avx512 && f.avx512_vnni && f.gfni) {
-            r.sets[kAvx512GfniSet] = r.sets[best_avx512];
-            r.sets[kAvx512GfniSet].name = gfni_name;
-            r.sets[kAvx512GfniSet].gemm_int = detail::gemm_int_avx512_vnni_gfni();
-            r.available[kAvx512GfniSet] = true;
+        const char *gfni_vbmi_name = f.avx512_bf16 ? "avx512-vnni-bf16-gfni-vbmi" : "avx512-vnni-gfni-vbmi";
+        make(kAvx512GfniVbmiSet, gfni_vbmi_name, IsaLevel::kAvx512, true, f.avx512_bf16);
+        detail::fill_scalar(&r.sets[kAvx512GfniVbmiSet]);
+        if (avx512 && f.avx512_vnni && f.gfni && f.avx512_vbmi) {
+            r.sets[kAvx512GfniVbmiSet] = r.sets[best_avx512];
+            r.sets[kAvx512GfniVbmiSet].name = gfni_vbmi_name;
+            r.sets[kAvx512GfniVbmiSet].gemm_int = detail::gemm_int_avx512_vnni_gfni_vbmi();
+            r.available[kAvx512GfniVbmiSet] = true;
         }
 
         // AMX over the host's best AVX-512 set. Built whenever AVX-512 is there: whether AMX code may run is
@@ -150,7 +151,7 @@ const Sets &all_sets() {
         make(kAmxSet, "amx", IsaLevel::kAmx, f.avx512_vnni, f.avx512_bf16);
         detail::fill_scalar(&r.sets[kAmxSet]);
         if (avx512) {
-            const SetIndex base = r.available[kAvx512GfniSet] ? kAvx512GfniSet : best_avx512;
+            const SetIndex base = r.available[kAvx512GfniVbmiSet] ? kAvx512GfniVbmiSet : best_avx512;
             detail::fill_amx(r.sets[base], &r.sets[kAmxSet]);
             r.available[kAmxSet] = true;
         }
@@ -187,7 +188,8 @@ const KernelSet &best_kernel_set(IsaLevel level) {
     if (static_cast<int>(level) >= static_cast<int>(IsaLevel::kAvx512)) {
         const bool vnni = f.avx512_vnni && !(off & kDisableVnni);
         const bool bf16 = f.avx512_bf16 && !(off & kDisableBf16);
-        if (vnni && bf16 == f.avx512_bf16 && all_sets().available[kAvx512GfniSet]) return all_sets().sets[kAvx512GfniSet];
+        const Sets &s = all_sets();
+        if (vnni && bf16 == f.avx512_bf16 && s.available[kAvx512GfniVbmiSet]) return s.sets[kAvx512GfniVbmiSet];
         return *kernel_set(IsaLevel::kAvx512, vnni, bf16);
     }
     if (level == IsaLevel::kAvx2) return *kernel_set(IsaLevel::kAvx2, false, false);

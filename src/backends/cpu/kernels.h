@@ -74,7 +74,7 @@ struct SwigluParams {
 // One set of kernels; all pointers are non-null.
 struct KernelSet {
     const char *name;  // "scalar", "avx2", "avx512", "avx512-vnni", "avx512-bf16", "avx512-vnni-bf16",
-                       // "avx512-vnni-bf16-gfni" (the last with GFNI as well), "amx"
+                       // "avx512-vnni-bf16-gfni-vbmi" (the last with GFNI and AVX512-VBMI as well), "amx"
     IsaLevel level;
     bool vnni;
     bool bf16;
@@ -128,8 +128,8 @@ inline void gemm(const KernelSet &ks, const PackedMatrix &w, const GemmActs &a, 
 // Kernel sets by capability. Returns nullptr when the host cannot run it.
 const KernelSet *kernel_set(IsaLevel level, bool vnni, bool bf16);
 // The best set for an ISA level (capped by what the host supports), with VNNI / AVX512-BF16 when the host has them
-// and they are not disabled by set_disabled_features, and the GFNI form of the VNNI set where the host has GFNI
-// (and nothing is disabled). kAmx gives the AMX set when amx::available() (the CPU has usable AMX, or tests installed
+// and they are not disabled by set_disabled_features, and the VNNI set's form for GFNI and AVX512-VBMI where the host
+// has them (and nothing is disabled). kAmx gives the AMX set when amx::available() (the CPU has usable AMX, or tests installed
 // the tile machine), else the best AVX-512 set.
 const KernelSet &best_kernel_set(IsaLevel level);
 // The level the kernels should use now: kAmx when amx::available(), else active_isa_level().

@@ -17,7 +17,7 @@ void fill_amx(const KernelSet &base, KernelSet *ks);
 
 // The parts that need more than AVX-512 F/BW/DQ/VL.
 GemmFn gemm_int_avx512_vnni();
-GemmFn gemm_int_avx512_vnni_gfni();
+GemmFn gemm_int_avx512_vnni_gfni_vbmi();
 GemmFn gemm_bf16_avx512_bf16();
 
 }  // namespace kt::cpu::detail

@@ -271,6 +271,8 @@ struct Kernels {
             return S::xor_(S::loadu(row), S::set1_8(static_cast<int8_t>(0x80)));
         } else {
             const VI x = S::loadu(row);
+            if constexpr ((T == PackedType::kIq4Xs || T == PackedType::kMxfp4) && S::kLut16LowBitsOnly)
+                return S::lut16(table, part ? S::template srl16<4>(x) : x);  // the table lookup drops the other bits
             if constexpr (kInPlace && kHighNibbleInPlace<T>)
                 return S::and_(x, S::set1_8(static_cast<int8_t>(part ? 0xF0 : 0x0F)));
             const VI nib = S::and_(part ? S::template srl16<4>(x) : x, S::set1_8(0x0F));

@@ -1,6 +1,6 @@
 // SIMD traits for AVX-512 (F, BW, DQ, VL), with AVX512-VNNI and AVX512-BF16 used when the template says so and
-// exact software replacements when not (a Skylake-class CPU has neither), and GFNI where the template says so
-// (Ice Lake and later, Zen 4 and later; Cascade and Cooper Lake have VNNI without it).
+// exact software replacements when not (a Skylake-class CPU has neither), and GFNI and AVX512-VBMI where the template
+// says so (Ice Lake and later, Zen 4 and later; Cascade and Cooper Lake have VNNI without them).
 //
 // Include only from translation units compiled with the matching -m flags, and call their functions only after
 // cpu_features says the CPU and OS support them.
@@ -15,7 +15,7 @@
 
 namespace kt::cpu::simd {
 
-template <bool kVnni, bool kBf16, bool kGfni = false>
+template <bool kVnni, bool kBf16, bool kGfniVbmi = false>
 struct Avx512 {
     static constexpr int kW = 16;  // int32 / fp32 lanes; one vector = one 64-byte tile row = 16 columns
     // vpdpbusd accumulates into its destination: a chain of them runs at its latency (~5 cycles), not its
@@ -94,8 +94,16 @@ struct Avx512 {
         return _mm512_add_epi32(acc, _mm512_madd_epi16(pairs, _mm512_set1_epi16(1)));
     }
 
-    // bytes 0..15 of each 128-bit lane of `table` indexed by the low 4 bits of idx (idx < 16)
-    static VI lut16(VI table, VI idx) { return _mm512_shuffle_epi8(table, idx); }
+    // bytes 0..15 of each 128-bit lane of `table` (the same 16 in every lane) indexed by the low 4 bits of idx; with
+    // VBMI whatever idx's other bits are (kLut16LowBitsOnly), else for idx < 16. vpermb reads bits 0-5 of an index,
+    // and bits 4-5 pick one of the table's four copies, so IQ4_XS and MXFP4 codes need no mask: Zen 5, in cache
+    // (bench_gemm BM_gemm_cached IQ4_XS, K 2,048, two runs of 5 paired rounds, median ratios): one row 1.07x (10 of
+    // 10 faster), four 1.02-1.06x, 32 rows 1.01-1.04x.
+    static constexpr bool kLut16LowBitsOnly = kGfniVbmi;
+    static VI lut16(VI table, VI idx) {
+        if constexpr (kGfniVbmi) return _mm512_permutexvar_epi8(idx, table);
+        return _mm512_shuffle_epi8(table, idx);
+    }
 
     // Q5_K: 0x10 in byte i where bit i of the 64-bit word at p is set (vi: which part of a tile row; 0 here).
     static VI high_bit5(const uint8_t *p, int /*vi*/) {
@@ -111,12 +119,12 @@ struct Avx512 {
     // With GFNI one affine transform per byte does the rotate and the mask: output bit i of a byte is the parity of
     // (matrix byte 7 - i) & input, so lane L's matrix takes input bit 2L to bit 4 and 2L + 1 to bit 5, and leaves
     // the other bits zero (so the caller's merge with the low nibble is one vpternlogd). Zen 5, in cache (bench_gemm
-    // BM_gemm_cached Q6_K, K 2,048, 5 paired rounds, median ratio): one row 1.06x (4 of 5 faster), four 1.06x (5 of
-    // 5), 32 rows 1.02x. The same transform for the high nibbles' shift (Q5_K, Q6_K) gained nothing and cost Q5_K 2 %
-    // at four rows, so the nibbles keep their shift and mask.
+    // BM_gemm_cached Q6_K, K 2,048, three runs of 5 paired rounds, median ratios): one row 1.06x, four 1.06-1.09x,
+    // 32 rows 1.01-1.04x. The same transform for the high nibbles' shift (Q5_K, Q6_K) gained nothing and cost Q5_K
+    // 2 % at four rows, so the nibbles keep their shift and mask.
     static VI high_bits6(const uint8_t *p, int /*vi*/) {
         const VI f = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
-        if constexpr (kGfni) {
+        if constexpr (kGfniVbmi) {
             const VI lane_bits = _mm512_set_epi64(0x40800000, 0x40800000, 0x10200000, 0x10200000, 0x04080000,
                                                   0x04080000, 0x01020000, 0x01020000);
             return _mm512_gf2p8affine_epi64_epi8(f, lane_bits, 0);

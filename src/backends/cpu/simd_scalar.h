@@ -104,6 +104,7 @@ struct Scalar {
         }
         return r;
     }
+    static constexpr bool kLut16LowBitsOnly = true;
     static VI lut16(VI table, VI idx) {
         VI r;
         for (int i = 0; i < 64; ++i) r.b[i] = table.b[(i / 16) * 16 + (idx.b[i] & 15)];

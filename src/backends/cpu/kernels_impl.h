@@ -273,6 +273,9 @@ struct Kernels {
             const VI x = S::loadu(row);
             if constexpr ((T == PackedType::kIq4Xs || T == PackedType::kMxfp4) && S::kLut16LowBitsOnly)
                 return S::lut16(table, part ? S::template srl16<4>(x) : x);  // the table lookup drops the other bits
+            if constexpr (T == PackedType::kQ4_0 && S::kAffineNibbles) {
+                if (part) return S::high_nibbles_xor8(x);
+            }
             if constexpr (kInPlace && kHighNibbleInPlace<T>)
                 return S::and_(x, S::set1_8(static_cast<int8_t>(part ? 0xF0 : 0x0F)));
             const VI nib = S::and_(part ? S::template srl16<4>(x) : x, S::set1_8(0x0F));

@@ -59,6 +59,7 @@ struct Avx2 {
         return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
     }
 
+    static constexpr bool kAffineNibbles = false;  // no high_nibbles_xor8 (simd_avx512.h)
     static constexpr bool kLut16LowBitsOnly = false;  // vpshufb zeroes a byte whose index has bit 7 set
     static VI lut16(VI table, VI idx) { return _mm256_shuffle_epi8(table, idx); }
 

@@ -104,6 +104,7 @@ struct Scalar {
         }
         return r;
     }
+    static constexpr bool kAffineNibbles = false;  // no high_nibbles_xor8 (simd_avx512.h)
     static constexpr bool kLut16LowBitsOnly = true;
     static VI lut16(VI table, VI idx) {
         VI r;

@@ -135,7 +135,8 @@ const Sets &all_sets() {
             if (bf16) r.sets[i].gemm_bf16 = detail::gemm_bf16_avx512_bf16();
             r.available[i] = true;
         }
-        const SetIndex best_avx512 = static_cast<SetIndex>(kAvx512Set + (f.avx512_vnni ? 1 : 0) + (f.avx512_bf16 ? 2 : 0));
+        const SetIndex best_avx512 =
+            static_cast<SetIndex>(kAvx512Set + (f.avx512_vnni ? 1 : 0) + (f.avx512_bf16 ? 2 : 0));
         const char *gfni_vbmi_name = f.avx512_bf16 ? "avx512-vnni-bf16-gfni-vbmi" : "avx512-vnni-gfni-vbmi";
         make(kAvx512GfniVbmiSet, gfni_vbmi_name, IsaLevel::kAvx512, true, f.avx512_bf16);
         detail::fill_scalar(&r.sets[kAvx512GfniVbmiSet]);

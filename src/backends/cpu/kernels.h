@@ -129,8 +129,8 @@ inline void gemm(const KernelSet &ks, const PackedMatrix &w, const GemmActs &a, 
 const KernelSet *kernel_set(IsaLevel level, bool vnni, bool bf16);
 // The best set for an ISA level (capped by what the host supports), with VNNI / AVX512-BF16 when the host has them
 // and they are not disabled by set_disabled_features, and the VNNI set's form for GFNI and AVX512-VBMI where the host
-// has them (and nothing is disabled). kAmx gives the AMX set when amx::available() (the CPU has usable AMX, or tests installed
-// the tile machine), else the best AVX-512 set.
+// has them (and nothing is disabled). kAmx gives the AMX set when amx::available() (the CPU has usable AMX, or tests
+// installed the tile machine), else the best AVX-512 set.
 const KernelSet &best_kernel_set(IsaLevel level);
 // The level the kernels should use now: kAmx when amx::available(), else active_isa_level().
 IsaLevel kernel_level();

@@ -46,6 +46,14 @@ void clear_panel(const PackedLayout &L, int64_t p, uint8_t *dst) {
     }
 }
 
+// *p |= v for the four bytes at p.
+void or_word(uint8_t *p, uint32_t v) {
+    uint32_t word;
+    std::memcpy(&word, p, 4);
+    word |= v;
+    std::memcpy(p, &word, 4);
+}
+
 void pack_row(const PackedLayout &L, int64_t p, int col, const RowFields &f, uint8_t *dst) {
     const int h = col / static_cast<int>(kHalf), j = col % static_cast<int>(kHalf);
     const int64_t k = L.k;
@@ -68,24 +76,42 @@ void pack_row(const PackedLayout &L, int64_t p, int col, const RowFields &f, uin
             std::memcpy(dst4, f.codes + i, static_cast<size_t>(n));
         }
     } else {
-        const bool offset8 = L.type == PackedType::kInt4 || L.type == PackedType::kQ4_0;
-        for (int64_t i = 0; i < k; i += 4) {
-            const int64_t s = i / 128, kk = i % 128;
-            const int part = static_cast<int>(kk / 64), r = static_cast<int>((kk % 64) / 4);
-            uint8_t *dst4 = tile(s) + r * kTileRowBytes + 4 * j;
-            const int64_t n = std::min<int64_t>(4, k - i);
-            for (int64_t b = 0; b < n; ++b) {
-                const uint8_t code = f.codes[i + b];
-                const int byte = 4 * j + static_cast<int>(b);
-                // INT4: the code's two's complement nibble; Q4_0: q - 8 the same way; the others: the low 4 bits.
-                const uint8_t nibble = static_cast<uint8_t>((offset8 && L.type == PackedType::kQ4_0 ? code - 8 : code) & 0x0F);
-                dst4[b] |= static_cast<uint8_t>(part ? nibble << 4 : nibble);
-                if (L.type == PackedType::kQ5_K && (code & 0x10)) {
-                    uint8_t *hb = dst + L.hbits + tile_index(s) * 256 + (r * 2 + part) * 8;
-                    hb[byte / 8] |= static_cast<uint8_t>(1u << (byte % 8));
-                } else if (L.type == PackedType::kQ6_K) {
-                    uint8_t *hb = dst + L.hbits + tile_index(s) * 512 + (r * 2 + part) * 16;
-                    hb[byte % 16] |= static_cast<uint8_t>(((code >> 4) & 3) << (2 * (byte / 16)));
+        // Nibble tiles: byte b of word j of tile row r holds K value 4r + b of the tile's first 64 in its low nibble
+        // (part 0) and 64 + 4r + b in its high one (part 1). Each word is built in a register and ored in once:
+        // stored byte by byte through uint8_t pointers, which may alias anything, every field of L and f was loaded
+        // again after each store, and packing took most of a model's load time.
+        const PackedType type = L.type;
+        const uint8_t *codes = f.codes;
+        uint8_t *const hbits = dst + L.hbits;
+        for (int64_t s = 0; s * 128 < k; ++s) {
+            uint8_t *const t = tile(s) + 4 * j;
+            const int64_t hb_tile = tile_index(s) * (type == PackedType::kQ5_K ? 256 : 512);
+            for (int part = 0; part < 2; ++part) {
+                for (int r = 0; r < 16; ++r) {
+                    const int64_t i = s * 128 + part * 64 + 4 * r;
+                    const int n = static_cast<int>(std::clamp<int64_t>(k - i, 0, 4));  // K positions past K stay zero
+                    // The four codes as one word (little-endian): byte b = the code of K position i + b, zero past K.
+                    uint32_t w = 0;
+                    if (n == 4)
+                        std::memcpy(&w, codes + i, 4);
+                    else
+                        for (int b = 0; b < n; ++b) w |= static_cast<uint32_t>(codes[i + b]) << (8 * b);
+                    // INT4: the code's two's complement nibble; Q4_0: q - 8 the same way, which on four bits is
+                    // q ^ 8; the others: the low 4 bits. Past K the nibble stays zero.
+                    const uint32_t live = n == 4 ? 0xFFFFFFFFu : (1u << (8 * n)) - 1;
+                    const uint32_t nibbles = (type == PackedType::kQ4_0 ? w ^ 0x08080808u : w) & 0x0F0F0F0Fu & live;
+                    or_word(t + r * kTileRowBytes, nibbles << (4 * part));
+                    // High bits of tile-row byte 4j + b: Q5_K one bit each, bit (4j + b) % 8 of byte (4j + b) / 8 of
+                    // the row part's 8 (the multiply gathers bit 4 of the four bytes into bits 24-27, and no two of
+                    // its other products meet below them); Q6_K two, bits 2 ((4j + b) / 16) of byte (4j + b) % 16 of
+                    // its 16.
+                    if (type == PackedType::kQ5_K) {
+                        const uint32_t high5 = ((((w >> 4) & 0x01010101u) * 0x01020408u) >> 24) & 0x0F;
+                        hbits[hb_tile + (r * 2 + part) * 8 + j / 2] |= static_cast<uint8_t>(high5 << (4 * (j % 2)));
+                    } else if (type == PackedType::kQ6_K) {
+                        const uint32_t fields = ((w >> 4) & 0x03030303u) << (2 * (j / 4));
+                        or_word(hbits + hb_tile + (r * 2 + part) * 16 + 4 * (j % 4), fields);
+                    }
                 }
             }
         }

@@ -254,8 +254,8 @@ struct Kernels {
     static constexpr bool kSigned = S::kSignedWideDot && Fmt<T>::kUMax > 127;
 
     // Q4_K's high nibbles in place, where one instruction takes any unsigned byte (VNNI): the GEMM feeds a high-nibble
-    // byte to the dot product as x & 0xF0, sixteen times its code, and takes that group's scale over 16 in the flush:
-    // one instruction per weight vector and step where shifting the nibble down took two. The same bits: the group's
+    // byte to the dot product as x & 0xF0, sixteen times its code, and takes that group's scale over 16 (from the
+    // scale cursor, which keeps d / 16 beside d, or, for prepared scales, in the flush): one instruction per weight vector and step where shifting the nibble down took two. The same bits: the group's
     // integer sum comes out 16 times larger (at most 16 * 32 * 15 * 128 < 2^24, so its conversion is exact), and the
     // scale over 16 is exact (a power of two; the smallest nonzero Q4_K scale, an f16 subnormal times a code of at
     // least 1, is far above f32's subnormals). Zen 5, in cache (bench_gemm BM_gemm_cached, K 2,048, 3 alternating
@@ -313,6 +313,11 @@ struct Kernels {
         static constexpr bool kPerSuperblock = Fmt<T>::kMins && kPanel == kCols;
         static constexpr int kVecs = kPerSuperblock ? kNV : 1;
         VF d[kVecs] = {}, dmin[kVecs] = {};
+        // Q4_K's high nibbles in place (kHighNibbleInPlace, VNNI only, so always per super-block): d / 16 for their
+        // groups, so that the flush need not divide each group's scale. The same bits: d (an f16) times a 6-bit code
+        // is exact in f32, and so is either division by 16.
+        static_assert(!kHighNibbleInPlace<T> || kPerSuperblock);
+        VF d_high[kHighNibbleInPlace<T> ? kVecs : 1] = {};
 
         ScaleCursor(const PackedMatrix &w, int64_t p) {
             const PackedLayout &L = w.layout;
@@ -331,6 +336,7 @@ struct Kernels {
                 for (int i = 0; i < kVecs; ++i) {
                     d[i] = S::loadf_f16(reinterpret_cast<const uint16_t *>(sscale) + i * kW);
                     dmin[i] = S::loadf_f16(reinterpret_cast<const uint16_t *>(smin) + i * kW);
+                    if constexpr (kHighNibbleInPlace<T>) d_high[i] = S::mul(d[i], S::fset1(1.0f / 16));
                 }
             }
         }
@@ -344,8 +350,9 @@ struct Kernels {
                 if (--superblocks_left > 0) convert_superblock();  // none past the panel's last group
             }
         }
-        // S_g (and M_g) of the current group, for the kW columns starting at panel column `col`.
-        void load(int col, VF *scale, VF *min) const {
+        // S_g (and M_g) of the current group, for the kW columns starting at panel column `col`; S_g / 16 where the
+        // GEMM feeds the group's high nibbles in place (high_in_place: part 1 of a Q4_K tile on VNNI).
+        void load(int col, VF *scale, VF *min, bool high_in_place = false) const {
             const uint8_t *gs = gscale + col * kGscaleBytes<T>, *ss = sscale + col * 2;
             if constexpr (T == PackedType::kInt4) {
                 *scale = S::mul(S::loadf(reinterpret_cast<const float *>(gs)), S::fset1(16.0f));
@@ -363,7 +370,8 @@ struct Kernels {
                 *scale = S::mul(S::castf(S::sll32_23(a)), S::castf(S::sll32_23(b)));
             } else if constexpr (T == PackedType::kQ4_K || T == PackedType::kQ5_K) {
                 if constexpr (kPerSuperblock) {
-                    *scale = S::mul(d[col / kW], S::loadf_u8(gs));
+                    const VF d_group = kHighNibbleInPlace<T> && high_in_place ? d_high[col / kW] : d[col / kW];
+                    *scale = S::mul(d_group, S::loadf_u8(gs));
                     *min = S::mul(dmin[col / kW], S::loadf_u8(gmin + col));
                 } else {
                     *scale = S::mul(S::loadf_f16(reinterpret_cast<const uint16_t *>(ss)), S::loadf_u8(gs));
@@ -496,10 +504,10 @@ struct Kernels {
                 if constexpr (kPrepared) {
                     scale = S::loadf(prepared.scale + g * kPanel + vp[v].col);
                     if constexpr (Fmt<T>::kMins) min = S::loadf(prepared.neg_min + g * kPanel + vp[v].col);
+                    if (kHighNibbleInPlace<T> && part == 1) scale = S::mul(scale, S::fset1(1.0f / 16));
                 } else {
-                    scales.load(vp[v].col, &scale, &min);
+                    scales.load(vp[v].col, &scale, &min, part == 1);
                 }
-                if (kHighNibbleInPlace<T> && part == 1) scale = S::mul(scale, S::fset1(1.0f / 16));
                 for (int m = 0; m < mr; ++m) {
                     accf[m][v] = S::fmadd(S::cvt(isum(m, v)), scale, accf[m][v]);
                     if constexpr (kFloatSums)

@@ -255,10 +255,11 @@ struct Kernels {
 
     // Q4_K's high nibbles in place, where one instruction takes any unsigned byte (VNNI): the GEMM feeds a high-nibble
     // byte to the dot product as x & 0xF0, sixteen times its code, and takes that group's scale over 16 (from the
-    // scale cursor, which keeps d / 16 beside d, or, for prepared scales, in the flush): one instruction per weight vector and step where shifting the nibble down took two. The same bits: the group's
-    // integer sum comes out 16 times larger (at most 16 * 32 * 15 * 128 < 2^24, so its conversion is exact), and the
-    // scale over 16 is exact (a power of two; the smallest nonzero Q4_K scale, an f16 subnormal times a code of at
-    // least 1, is far above f32's subnormals). Zen 5, in cache (bench_gemm BM_gemm_cached, K 2,048, 3 alternating
+    // scale cursor, which keeps d / 16 beside d, or, for prepared scales, in the flush): one instruction per weight
+    // vector and step where shifting the nibble down took two. The same bits: the group's integer sum comes out 16
+    // times larger (at most 16 * 32 * 15 * 128 < 2^24, so its conversion is exact), and the scale over 16 is exact (a
+    // power of two; the smallest nonzero Q4_K scale, an f16 subnormal times a code of at least 1, is far above f32's
+    // subnormals). Zen 5, in cache (bench_gemm BM_gemm_cached, K 2,048, 3 alternating
     // rounds, best call): one row 169 -> 176 GOP/s, four 449 -> 459, 128 597 -> 615, 32 unchanged.
     template <PackedType T>
     static constexpr bool kHighNibbleInPlace = T == PackedType::kQ4_K && !S::kSignedWideDot;

@@ -254,13 +254,13 @@ struct Kernels {
     static constexpr bool kSigned = S::kSignedWideDot && Fmt<T>::kUMax > 127;
 
     // Q4_K's high nibbles in place, where one instruction takes any unsigned byte (VNNI): the GEMM feeds a high-nibble
-    // byte to the dot product as x & 0xF0, sixteen times its code, and takes that group's scale over 16 (from the
-    // scale cursor, which keeps d / 16 beside d, or, for prepared scales, in the flush): one instruction per weight
-    // vector and step where shifting the nibble down took two. The same bits: the group's integer sum comes out 16
-    // times larger (at most 16 * 32 * 15 * 128 < 2^24, so its conversion is exact), and the scale over 16 is exact (a
-    // power of two; the smallest nonzero Q4_K scale, an f16 subnormal times a code of at least 1, is far above f32's
-    // subnormals). Zen 5, in cache (bench_gemm BM_gemm_cached, K 2,048, 3 alternating
-    // rounds, best call): one row 169 -> 176 GOP/s, four 449 -> 459, 128 597 -> 615, 32 unchanged.
+    // byte to the dot product as x & 0xF0, sixteen times its code, and takes that group's scale over 16 (the scale
+    // cursor keeps d / 16 beside d, for the flush and for panel_scales<T, true>): one instruction per weight vector
+    // and step where shifting the nibble down took two. The same bits: the group's integer sum comes out 16 times
+    // larger (at most 16 * 32 * 15 * 128 < 2^24, so its conversion is exact), and the scale over 16 is exact (a power
+    // of two; the smallest nonzero Q4_K scale, an f16 subnormal times a code of at least 1, is far above f32's
+    // subnormals). Zen 5, in cache (bench_gemm BM_gemm_cached, K 2,048, 3 alternating rounds, best call): one row
+    // 169 -> 176 GOP/s, four 449 -> 459, 128 597 -> 615, 32 unchanged.
     template <PackedType T>
     static constexpr bool kHighNibbleInPlace = T == PackedType::kQ4_K && !S::kSignedWideDot;
 
@@ -392,15 +392,17 @@ struct Kernels {
 
     // Panel p's group scales S_g as fp32 [groups][kPanel], and for the formats with mins -M_g alike: what
     // ScaleCursor::load gives, computed once per panel for every row block that reads it (the integer GEMM's
-    // prefill calls, the AMX set's unpacked panels).
-    template <PackedType T>
+    // prefill calls, the AMX set's unpacked panels). kForGemm: S_g / 16 for the groups whose high nibbles the GEMM
+    // feeds in place (kHighNibbleInPlace: the groups in the second half of a 128-K tile), as its flush expects.
+    template <PackedType T, bool kForGemm = false>
     static void panel_scales(const PackedMatrix &w, int64_t p, float *scale, float *neg_min) {
         const VI sign = S::set1_32(static_cast<int32_t>(0x80000000u));
         ScaleCursor<T> scales(w, p);
         for (int64_t g = 0; g < w.layout.groups; ++g, scales.next()) {
+            const bool high_in_place = kForGemm && kHighNibbleInPlace<T> && (g * w.layout.group) % 128 >= 64;
             for (int col = 0; col < kPanel; col += kW) {
                 VF s = S::fzero(), mn = S::fzero();
-                scales.load(col, &s, &mn);
+                scales.load(col, &s, &mn, high_in_place);
                 S::storef(scale + g * kPanel + col, s);
                 // -min by its sign bit: fma(-min, x, acc) is then fnma(min, x, acc) bit for bit, zeros included.
                 if constexpr (Fmt<T>::kMins) S::storef(neg_min + g * kPanel + col, S::castf(S::xor_(S::casti(mn), sign)));
@@ -505,7 +507,6 @@ struct Kernels {
                 if constexpr (kPrepared) {
                     scale = S::loadf(prepared.scale + g * kPanel + vp[v].col);
                     if constexpr (Fmt<T>::kMins) min = S::loadf(prepared.neg_min + g * kPanel + vp[v].col);
-                    if (kHighNibbleInPlace<T> && part == 1) scale = S::mul(scale, S::fset1(1.0f / 16));
                 } else {
                     scales.load(vp[v].col, &scale, &min, part == 1);
                 }
@@ -639,7 +640,7 @@ struct Kernels {
         alignas(64) float prepared_neg_min[kPrepares ? kMaxPreparedGroups * kPanel : 1];
         const PanelScales prepared{prepared_scale, prepared_neg_min};
         for (int64_t p = n_begin / kPanel; p < p_end; ++p) {
-            if (prepare) panel_scales<T>(w, p, prepared_scale, prepared_neg_min);
+            if (prepare) panel_scales<T, true>(w, p, prepared_scale, prepared_neg_min);
             for (int c0 = 0; c0 < kPanel; c0 += kCols) {
                 const int valid = static_cast<int>(std::min<int64_t>(kPanel, n_end - p * kPanel)) - c0;
                 if (valid <= 0) break;

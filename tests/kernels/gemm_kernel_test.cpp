@@ -302,6 +302,67 @@ TEST_CASE("gemm kernels: a row gives the same bits alone and among other rows") 
     }
 }
 
+TEST_CASE("gemm kernels: every set unpacks a panel to the scalar set's codes and scales") {
+    // unpack_panel_s8 is what the AMX set reads (its base set's); the tile machine checks it only through the sets
+    // an AMX set sits on. Here each set's own unpacking, byte for byte: ragged last panels, partial 64-K steps and
+    // K slices mid-super-block included.
+    struct UnpackCase {
+        Case c;
+        int64_t rows, cols, k0;
+    };
+    const UnpackCase cases[] = {
+        {{KT_TYPE_Q4_K, moe::TargetFormat::kAsSource, 0, {}}, 45, 768, 0},
+        {{KT_TYPE_Q4_K, moe::TargetFormat::kAsSource, 0, {}}, 33, 768, 128},
+        {{KT_TYPE_Q5_K, moe::TargetFormat::kAsSource, 0, {}}, 40, 512, 0},
+        {{KT_TYPE_Q6_K, moe::TargetFormat::kAsSource, 0, {}}, 40, 768, 128},
+        {{KT_TYPE_Q8_0, moe::TargetFormat::kAsSource, 0, {}}, 37, 96, 0},
+        {{KT_TYPE_Q4_0, moe::TargetFormat::kAsSource, 0, {}}, 37, 160, 0},
+        {{KT_TYPE_IQ4_XS, moe::TargetFormat::kAsSource, 0, {}}, 40, 512, 0},
+        {{KT_TYPE_F32, moe::TargetFormat::kInt4, 32, {}}, 35, 96, 0},
+        {{KT_TYPE_F32, moe::TargetFormat::kInt4, 128, {}}, 35, 384, 0},
+    };
+    const auto sets = all_sets();
+    for (const UnpackCase &uc : cases) {
+        const std::vector<uint8_t> bytes = test::random_gguf_rows(uc.c.src_type, uc.rows, uc.cols, 91 + uc.cols);
+        moe::MatrixSource src;
+        REQUIRE(moe::make_source(uc.c.src_type, bytes.data(), uc.rows, uc.cols, &src).is_ok());
+        moe::PackSpec spec;
+        REQUIRE(moe::pack_spec_for(src, uc.c.target, uc.c.group, &spec).is_ok());
+        cpu::PackedLayout layout;
+        REQUIRE(moe::slice_layout(src, spec, 0, uc.rows, uc.k0, uc.cols, &layout).is_ok());
+        mem::NumaBuffer buf;
+        REQUIRE(mem::NumaBuffer::allocate(layout.bytes, nullptr, -1, &buf).is_ok());
+        REQUIRE(moe::pack_slice(src, spec, 0, uc.k0, layout, 0, layout.panels, buf.as<uint8_t>()).is_ok());
+        const cpu::PackedMatrix w{layout, buf.as<uint8_t>()};
+        const bool mins = uc.c.src_type == KT_TYPE_Q4_K || uc.c.src_type == KT_TYPE_Q5_K;
+        const size_t tile_bytes = static_cast<size_t>((layout.k + 63) / 64 * 2 * cpu::kTileBytes);
+        const size_t scale_count = static_cast<size_t>(layout.groups * 32);
+
+        struct Unpacked {
+            std::vector<int8_t> tiles;
+            std::vector<float> scale, neg_min;
+        };
+        auto unpack = [&](const cpu::KernelSet &ks, int64_t p) {
+            Unpacked u{std::vector<int8_t>(tile_bytes, 99), std::vector<float>(scale_count, -1.0f),
+                       std::vector<float>(scale_count, -1.0f)};
+            ks.unpack_panel_s8(w, p, u.tiles.data(), u.scale.data(), mins ? u.neg_min.data() : nullptr, p == 0);
+            return u;
+        };
+        for (int64_t p = 0; p < layout.panels; ++p) {
+            const Unpacked want = unpack(*sets.front(), p);  // the scalar set
+            CHECK(want.tiles != std::vector<int8_t>(tile_bytes, 99));
+            for (const cpu::KernelSet *ks : sets) {
+                INFO("type " << ops::type_traits(uc.c.src_type)->name << " K " << uc.cols << " from " << uc.k0
+                             << " panel " << p << " kernel set " << ks->name);
+                const Unpacked got = unpack(*ks, p);
+                CHECK(got.tiles == want.tiles);
+                CHECK(std::memcmp(got.scale.data(), want.scale.data(), sizeof(float) * scale_count) == 0);
+                if (mins) CHECK(std::memcmp(got.neg_min.data(), want.neg_min.data(), sizeof(float) * scale_count) == 0);
+            }
+        }
+    }
+}
+
 TEST_CASE("gemm kernels: MXFP4 as stored (gpt-oss experts), awkward K and N included") {
     // K = 32 and 96 leave most of a 128-K nibble tile as padding; 70 rows leave a ragged last panel.
     check_case({KT_TYPE_MXFP4, moe::TargetFormat::kAsSource, 0, {32, 96, 160, 256, 2880}}, 55);

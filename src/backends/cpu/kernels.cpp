@@ -78,9 +78,9 @@ simd::PrefetchTarget prefetch_target(const CpuFeatures &f) {
     return zen5_or_later ? simd::PrefetchTarget::kL1 : simd::PrefetchTarget::kL2;
 }
 
-// kAvx512GfniVbmiSet: the host's best AVX-512 VNNI set (with BF16 where the host has it) with the integer GEMM's form
-// for GFNI and AVX512-VBMI, which best_kernel_set prefers; the set without them stays listed, so that tests run both
-// on such a host.
+// kAvx512GfniVbmiSet: the host's best AVX-512 VNNI set (with BF16 where the host has it) with the integer GEMM and the
+// panel unpacking (the AMX set's GGUF decoding) in their forms for GFNI and AVX512-VBMI, which best_kernel_set
+// prefers; the set without them stays listed, so that tests run both on such a host.
 enum SetIndex {
     kScalarSet,
     kAvx2Set,
@@ -144,6 +144,7 @@ const Sets &all_sets() {
             r.sets[kAvx512GfniVbmiSet] = r.sets[best_avx512];
             r.sets[kAvx512GfniVbmiSet].name = gfni_vbmi_name;
             r.sets[kAvx512GfniVbmiSet].gemm_int = detail::gemm_int_avx512_vnni_gfni_vbmi();
+            r.sets[kAvx512GfniVbmiSet].unpack_panel_s8 = detail::unpack_panel_s8_avx512_gfni_vbmi();
             r.available[kAvx512GfniVbmiSet] = true;
         }
 

@@ -89,6 +89,8 @@ bool native_packed_type(int32_t gguf_type, PackedType *out) {
         case KT_TYPE_Q4_K: *out = PackedType::kQ4_K; return true;
         case KT_TYPE_Q5_K: *out = PackedType::kQ5_K; return true;
         case KT_TYPE_Q6_K: *out = PackedType::kQ6_K; return true;
+        case KT_TYPE_Q2_K: *out = PackedType::kQ2_K; return true;
+        case KT_TYPE_Q3_K: *out = PackedType::kQ3_K; return true;
         case KT_TYPE_IQ4_XS: *out = PackedType::kIq4Xs; return true;
         case KT_TYPE_MXFP4: *out = PackedType::kMxfp4; return true;
         case KT_TYPE_BF16: *out = PackedType::kBf16; return true;
@@ -343,6 +345,59 @@ void decode_row(const MatrixSource &src, const PackSpec &spec, int64_t row, RowS
                 }
             }
             f->i8_group = s->i8_group.data();
+            break;
+        }
+        case PackedType::kQ2_K:
+        case PackedType::kQ3_K: {
+            // Both store 2-bit planes: in each half of 128 values, plane `shift` of 32 bytes holds values
+            // 32 * (shift / 2) + 0..31 of the half, the first 16 bytes one scale group, the next 16 the next
+            // (ops/ref/dequantize_ref.cpp walks them the same way). Q3_K's third bit is hmask bit (4 * half +
+            // shift / 2) of byte l (the value's place in its plane), set for the upper four codes.
+            const bool q2 = spec.type == PackedType::kQ2_K;
+            if (q2) {
+                s->f16_super2.resize(static_cast<size_t>(nsb));
+                s->u8_group.resize(static_cast<size_t>(nsb * 16));
+                s->u8_group2.resize(static_cast<size_t>(nsb * 16));
+            } else {
+                s->i8_group.resize(static_cast<size_t>(nsb * 16));
+            }
+            for (int64_t b = 0; b < nsb; ++b) {
+                ref::BlockQ2_K b2;
+                ref::BlockQ3_K b3;
+                const uint8_t *qs;
+                if (q2) {
+                    std::memcpy(&b2, p + b * sizeof b2, sizeof b2);
+                    qs = b2.qs;
+                    s->f16_super[static_cast<size_t>(b)] = b2.d;
+                    s->f16_super2[static_cast<size_t>(b)] = b2.dmin;
+                    for (int g = 0; g < 16; ++g) {
+                        s->u8_group[static_cast<size_t>(b * 16 + g)] = b2.scales[g] & 0x0F;
+                        s->u8_group2[static_cast<size_t>(b * 16 + g)] = b2.scales[g] >> 4;
+                    }
+                } else {
+                    std::memcpy(&b3, p + b * sizeof b3, sizeof b3);
+                    qs = b3.qs;
+                    s->f16_super[static_cast<size_t>(b)] = b3.d;
+                    int scales[16];
+                    ref::unpack_q3_k_scales(b3.scales, scales);
+                    for (int g = 0; g < 16; ++g) s->i8_group[static_cast<size_t>(b * 16 + g)] = static_cast<int8_t>(scales[g] - 32);
+                }
+                uint8_t *c = codes + b * ref::kQKK;
+                for (int half = 0; half < 2; ++half)
+                    for (int shift = 0; shift < 8; shift += 2)
+                        for (int l = 0; l < 32; ++l) {
+                            int q = (qs[32 * half + l] >> shift) & 3;
+                            if (!q2 && (b3.hmask[l] >> (4 * half + shift / 2)) & 1) q |= 4;
+                            c[128 * half + 16 * shift + l] = static_cast<uint8_t>(q);
+                        }
+            }
+            if (q2) {
+                f->u8_group = s->u8_group.data();
+                f->u8_group2 = s->u8_group2.data();
+                f->f16_super2 = s->f16_super2.data();
+            } else {
+                f->i8_group = s->i8_group.data();
+            }
             break;
         }
         case PackedType::kIq4Xs: {

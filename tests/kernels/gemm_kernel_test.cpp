@@ -265,11 +265,13 @@ TEST_CASE("gemm kernels: Q8_0 and Q4_0 as stored") {
     check_case({KT_TYPE_Q4_0, moe::TargetFormat::kAsSource, 0, {32, 96, 256}}, 42);
 }
 
-TEST_CASE("gemm kernels: K-quants and IQ4_XS as stored") {
+TEST_CASE("gemm kernels: K-quants (Q2_K to Q6_K) and IQ4_XS as stored") {
     check_case({KT_TYPE_Q4_K, moe::TargetFormat::kAsSource, 0, {256, 768}}, 51);
     check_case({KT_TYPE_Q5_K, moe::TargetFormat::kAsSource, 0, {256, 512}}, 52);
     check_case({KT_TYPE_Q6_K, moe::TargetFormat::kAsSource, 0, {256, 768}}, 53);
     check_case({KT_TYPE_IQ4_XS, moe::TargetFormat::kAsSource, 0, {256, 512}}, 54);
+    check_case({KT_TYPE_Q2_K, moe::TargetFormat::kAsSource, 0, {256, 768}}, 56);
+    check_case({KT_TYPE_Q3_K, moe::TargetFormat::kAsSource, 0, {256, 768}}, 57);
 }
 
 TEST_CASE("gemm kernels: a row gives the same bits alone and among other rows") {
@@ -279,6 +281,8 @@ TEST_CASE("gemm kernels: a row gives the same bits alone and among other rows") 
     const Case cases[] = {{KT_TYPE_Q4_K, moe::TargetFormat::kAsSource, 0, {768, 4352}},
                           {KT_TYPE_Q5_K, moe::TargetFormat::kAsSource, 0, {512}},
                           {KT_TYPE_Q6_K, moe::TargetFormat::kAsSource, 0, {768}},
+                          {KT_TYPE_Q2_K, moe::TargetFormat::kAsSource, 0, {512}},
+                          {KT_TYPE_Q3_K, moe::TargetFormat::kAsSource, 0, {512}},
                           {KT_TYPE_Q8_0, moe::TargetFormat::kAsSource, 0, {96}}};
     const int64_t rows = 40, m = 13;
     for (const Case &c : cases) {
@@ -318,6 +322,8 @@ TEST_CASE("gemm kernels: every set unpacks a panel to the scalar set's codes and
         {{KT_TYPE_Q8_0, moe::TargetFormat::kAsSource, 0, {}}, 37, 96, 0},
         {{KT_TYPE_Q4_0, moe::TargetFormat::kAsSource, 0, {}}, 37, 160, 0},
         {{KT_TYPE_IQ4_XS, moe::TargetFormat::kAsSource, 0, {}}, 40, 512, 0},
+        {{KT_TYPE_Q2_K, moe::TargetFormat::kAsSource, 0, {}}, 40, 512, 128},
+        {{KT_TYPE_Q3_K, moe::TargetFormat::kAsSource, 0, {}}, 40, 768, 0},
         {{KT_TYPE_F32, moe::TargetFormat::kInt4, 32, {}}, 35, 96, 0},
         {{KT_TYPE_F32, moe::TargetFormat::kInt4, 128, {}}, 35, 384, 0},
     };
@@ -334,7 +340,7 @@ TEST_CASE("gemm kernels: every set unpacks a panel to the scalar set's codes and
         REQUIRE(mem::NumaBuffer::allocate(layout.bytes, nullptr, -1, &buf).is_ok());
         REQUIRE(moe::pack_slice(src, spec, 0, uc.k0, layout, 0, layout.panels, buf.as<uint8_t>()).is_ok());
         const cpu::PackedMatrix w{layout, buf.as<uint8_t>()};
-        const bool mins = uc.c.src_type == KT_TYPE_Q4_K || uc.c.src_type == KT_TYPE_Q5_K;
+        const bool mins = uc.c.src_type == KT_TYPE_Q2_K || uc.c.src_type == KT_TYPE_Q4_K || uc.c.src_type == KT_TYPE_Q5_K;
         const size_t tile_bytes = static_cast<size_t>((layout.k + 63) / 64 * 2 * cpu::kTileBytes);
         const size_t scale_count = static_cast<size_t>(layout.groups * 32);
 
@@ -395,6 +401,8 @@ TEST_CASE("gemm kernels: the AMX set on the tile machine", "[amx]") {
     check_case({KT_TYPE_Q5_K, moe::TargetFormat::kAsSource, 0, {256}}, 78);
     check_case({KT_TYPE_Q6_K, moe::TargetFormat::kAsSource, 0, {512}}, 79);
     check_case({KT_TYPE_IQ4_XS, moe::TargetFormat::kAsSource, 0, {256}}, 80);
+    check_case({KT_TYPE_Q2_K, moe::TargetFormat::kAsSource, 0, {256}}, 81);
+    check_case({KT_TYPE_Q3_K, moe::TargetFormat::kAsSource, 0, {512}}, 82);
     CHECK(test::thread_tile_machine().instructions > executed_before);  // the AMX calls ran on the tile machine
 }
 

@@ -77,6 +77,16 @@ struct Fmt<PackedType::kMxfp4> {
     static constexpr bool kNibble = true, kMins = false;
     static constexpr int kUMax = 24;
 };
+template <>
+struct Fmt<PackedType::kQ2_K> {
+    static constexpr bool kNibble = true, kMins = true;
+    static constexpr int kUMax = 3;
+};
+template <>
+struct Fmt<PackedType::kQ3_K> {
+    static constexpr bool kNibble = true, kMins = false;
+    static constexpr int kUMax = 7;
+};
 
 // Bytes of high bits per 1 KiB tile (packed.h): Q5_K one bit per weight, Q6_K two; and per tile row.
 template <PackedType T>
@@ -281,7 +291,7 @@ struct Kernels {
                 return S::and_(x, S::set1_8(static_cast<int8_t>(part ? 0xF0 : 0x0F)));
             const VI nib = S::and_(part ? S::template srl16<4>(x) : x, S::set1_8(0x0F));
             if constexpr (T == PackedType::kInt4 || T == PackedType::kQ4_0) return S::xor_(nib, S::set1_8(8));
-            if constexpr (T == PackedType::kQ4_K) return nib;
+            if constexpr (T == PackedType::kQ4_K || T == PackedType::kQ2_K || T == PackedType::kQ3_K) return nib;
             if constexpr (T == PackedType::kQ5_K) return S::or_(nib, S::high_bit5(hb + part * 8, vi));
             if constexpr (T == PackedType::kQ6_K) return S::or_(nib, S::high_bits6(hb + part * 16, vi));
             if constexpr (T == PackedType::kIq4Xs || T == PackedType::kMxfp4) return S::lut16(table, nib);
@@ -359,7 +369,7 @@ struct Kernels {
                 *scale = S::mul(S::loadf(reinterpret_cast<const float *>(gs)), S::fset1(16.0f));
             } else if constexpr (T == PackedType::kQ8_0 || T == PackedType::kQ4_0) {
                 *scale = S::loadf_f16(reinterpret_cast<const uint16_t *>(gs));
-            } else if constexpr (T == PackedType::kIq4Xs || T == PackedType::kQ6_K) {
+            } else if constexpr (T == PackedType::kIq4Xs || T == PackedType::kQ6_K || T == PackedType::kQ3_K) {
                 *scale = S::mul(S::loadf_f16(reinterpret_cast<const uint16_t *>(ss)),
                                 S::loadf_i8(reinterpret_cast<const int8_t *>(gs)));
             } else if constexpr (T == PackedType::kMxfp4) {
@@ -369,7 +379,7 @@ struct Kernels {
                 const VI half = S::template srl16<1>(e);  // e < 256: the 16-bit shift is the 32-bit one
                 const VI a = S::add32(half, S::set1_32(63)), b = S::add32(S::sub32(e, half), S::set1_32(63));
                 *scale = S::mul(S::castf(S::sll32_23(a)), S::castf(S::sll32_23(b)));
-            } else if constexpr (T == PackedType::kQ4_K || T == PackedType::kQ5_K) {
+            } else if constexpr (Fmt<T>::kMins) {  // Q2_K, Q4_K, Q5_K
                 if constexpr (kPerSuperblock) {
                     const VF d_group = kHighNibbleInPlace<T> && high_in_place ? d_high[col / kW] : d[col / kW];
                     *scale = S::mul(d_group, S::loadf_u8(gs));
@@ -634,7 +644,7 @@ struct Kernels {
         // kPrepared). Zen 5, in cache (bench_gemm BM_gemm_cached, K 2048, best of 2 alternating rounds): Q4_K +5 %
         // at 32 rows and +8 % at 128, Q5_K +7 / +6 %; Q6_K +3 / +0 % (median of 6 pairs). The formats whose scale is
         // one load gained nothing (Q8_0, Q4_0 and INT4 2-5 % slower, best of 3).
-        constexpr bool kPrepares = Fmt<T>::kMins || T == PackedType::kQ6_K;
+        constexpr bool kPrepares = Fmt<T>::kMins || T == PackedType::kQ6_K || T == PackedType::kQ3_K;
         const bool prepare = kPrepares && blocks > 1 && w.layout.groups <= kMaxPreparedGroups;
         alignas(64) float prepared_scale[kPrepares ? kMaxPreparedGroups * kPanel : 1];
         alignas(64) float prepared_neg_min[kPrepares ? kMaxPreparedGroups * kPanel : 1];
@@ -720,6 +730,8 @@ struct Kernels {
             case PackedType::kQ6_K: return int_gemm_typed<PackedType::kQ6_K, 4>(w, a, m, n_begin, n_end, c, ldc);
             case PackedType::kIq4Xs: return int_gemm_typed<PackedType::kIq4Xs, 8>(w, a, m, n_begin, n_end, c, ldc);
             case PackedType::kMxfp4: return int_gemm_typed<PackedType::kMxfp4, 8>(w, a, m, n_begin, n_end, c, ldc);
+            case PackedType::kQ2_K: return int_gemm_typed<PackedType::kQ2_K, 4>(w, a, m, n_begin, n_end, c, ldc);
+            case PackedType::kQ3_K: return int_gemm_typed<PackedType::kQ3_K, 4>(w, a, m, n_begin, n_end, c, ldc);
             case PackedType::kBf16: break;
         }
     }
@@ -802,6 +814,8 @@ struct Kernels {
             case PackedType::kQ5_K: return unpack_typed<PackedType::kQ5_K>(w, p, tiles, scale, neg_min, pf);
             case PackedType::kQ6_K: return unpack_typed<PackedType::kQ6_K>(w, p, tiles, scale, neg_min, pf);
             case PackedType::kIq4Xs: return unpack_typed<PackedType::kIq4Xs>(w, p, tiles, scale, neg_min, pf);
+            case PackedType::kQ2_K: return unpack_typed<PackedType::kQ2_K>(w, p, tiles, scale, neg_min, pf);
+            case PackedType::kQ3_K: return unpack_typed<PackedType::kQ3_K>(w, p, tiles, scale, neg_min, pf);
             default: break;  // INT8, BF16 and any type added later: not group-wise, nothing to unpack
         }
     }

@@ -30,6 +30,7 @@ void clear_panel(const PackedLayout &L, int64_t p, uint8_t *dst) {
         case PackedType::kBf16: break;
         case PackedType::kQ8_0:
         case PackedType::kQ4_0: clear(L.gscale, g, 2); break;
+        case PackedType::kQ2_K:
         case PackedType::kQ4_K:
         case PackedType::kQ5_K:
             clear(L.gscale, g, 1);
@@ -37,6 +38,7 @@ void clear_panel(const PackedLayout &L, int64_t p, uint8_t *dst) {
             clear(L.sscale, sb, 2);
             clear(L.smin, sb, 2);
             break;
+        case PackedType::kQ3_K:
         case PackedType::kQ6_K:
         case PackedType::kIq4Xs:
             clear(L.gscale, g, 1);
@@ -128,6 +130,7 @@ void pack_row(const PackedLayout &L, int64_t p, int col, const RowFields &f, uin
         case PackedType::kQ4_0:
             for (int64_t g = 0; g < L.groups; ++g) at<uint16_t>(dst, L.gscale)[gi0 + g * kPanel] = f.f16_group[g];
             break;
+        case PackedType::kQ2_K:
         case PackedType::kQ4_K:
         case PackedType::kQ5_K:
             for (int64_t g = 0; g < L.groups; ++g) {
@@ -139,6 +142,7 @@ void pack_row(const PackedLayout &L, int64_t p, int col, const RowFields &f, uin
                 at<uint16_t>(dst, L.smin)[si0 + b * kPanel] = f.f16_super2[b];
             }
             break;
+        case PackedType::kQ3_K:
         case PackedType::kQ6_K:
         case PackedType::kIq4Xs:
             for (int64_t g = 0; g < L.groups; ++g) at<int8_t>(dst, L.gscale)[gi0 + g * kPanel] = f.i8_group[g];

@@ -35,6 +35,12 @@
 //           w = d*(ls-32)*T[index]. u = T[index] + 128.
 //   kMxfp4  nibble tiles of the e2m1 code (GGUF MXFP4 as stored), then the E8M0 byte e[P][K/32][32].
 //           w = M[code] * 2^(e - 128), M the doubled e2m1 values -12 .. 12. u = M[code] + 12 (0 .. 24).
+//   kQ2_K   as kQ4_K with groups of 16: nibble tiles of q (0..3), u8 sc[P][K/16][32], u8 m[P][K/16][32] (GGUF's
+//           4-bit scale and min), f16 d and dmin[P][SB][32]. w = d*sc*q - dmin*m. u = q.
+//   kQ3_K   as kQ6_K without high bits: nibble tiles of q (0..7: GGUF's 2 low bits, and 4 where its hmask bit is
+//           set), i8 sc[P][K/16][32] (GGUF's 6-bit scale - 32), f16 d[P][SB][32]. w = d*sc*(q - 4). u = q.
+//           Both keep 4 bits a code where GGUF stores 2.6 and 3.4: 1.9x and 1.3x their size, against 3.2x and
+//           2.5x for the Q8_0 they were converted to before (a tile of 2-bit fields would hold them at their own).
 // SB = ceil((K + superblock_k_offset) / 256) super-blocks. For the super-block formats a matrix may start in the middle of a GGUF super-block (a NUMA shard whose K range
 // starts at a multiple of 128 that is not one of 256): `superblock_k_offset` (0 or 128) is how much of the first
 // super-block lies before K = 0, and K position k of the matrix uses super-block (k + offset) / 256.
@@ -58,12 +64,14 @@ enum class PackedType : int32_t {
     kQ6_K = 7,
     kIq4Xs = 8,
     kMxfp4 = 9,
+    kQ2_K = 10,
+    kQ3_K = 11,
 };
-inline constexpr int kPackedTypeCount = 10;
+inline constexpr int kPackedTypeCount = 12;
 
 // The version of these layouts as bytes: packed buffers kept across processes (runtime/pack_cache.h) record it and
 // are refused when it differs. Increment it with any change to what pack_slice writes for any type.
-inline constexpr uint32_t kPackedLayoutVersion = 1;
+inline constexpr uint32_t kPackedLayoutVersion = 2;  // 2: Q2_K and Q3_K kept as stored (Q8_0 before)
 
 inline constexpr int64_t kPanel = 32;      // columns per panel
 inline constexpr int64_t kHalf = 16;       // columns per half panel (one AVX-512 vector of int32 / fp32)
@@ -81,7 +89,7 @@ struct PackedTypeInfo {
     int32_t group;         // K per scale group (0: per column over the whole K; kInt4: chosen per matrix)
     int32_t superblock;    // K per super-block scale (256 for K-quants and IQ4_XS, else 0)
     int32_t u_offset;      // u = w_code + u_offset for symmetric formats (0: asymmetric K-quants with mins)
-    bool has_mins;         // Q4_K, Q5_K
+    bool has_mins;         // Q2_K, Q4_K, Q5_K
     int32_t u_max;         // largest u the kernel sees (decides whether 16-bit fallbacks can overflow)
 };
 

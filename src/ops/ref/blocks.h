@@ -73,4 +73,14 @@ inline void unpack_k4_scale_min(int j, const uint8_t *q, uint8_t *scale, uint8_t
     }
 }
 
+// The 16 6-bit Q3_K scales (before the - 32), from its 12 scale bytes: low 4 bits from bytes 0..7 (two nibbles
+// each), high 2 bits from bytes 8..11 (four pairs each).
+inline void unpack_q3_k_scales(const uint8_t *b, int scales[16]) {
+    for (int i = 0; i < 16; ++i) {
+        const int low4 = i < 8 ? (b[i] & 0x0F) : (b[i - 8] >> 4);
+        const int high2 = (b[8 + (i % 4)] >> (2 * (i / 4))) & 3;
+        scales[i] = low4 | (high2 << 4);
+    }
+}
+
 }  // namespace kt::ref

@@ -120,16 +120,6 @@ void dequantize_q2_k(const BlockQ2_K *x, float *y, int64_t nb) {
     }
 }
 
-// The 16 6-bit Q3_K scales, from 12 bytes: low 4 bits from bytes 0..7 (two nibbles each), high 2 bits from
-// bytes 8..11 (four pairs each).
-void unpack_q3_k_scales(const uint8_t *b, int scales[16]) {
-    for (int i = 0; i < 16; ++i) {
-        const int low4 = i < 8 ? (b[i] & 0x0F) : (b[i - 8] >> 4);
-        const int high2 = (b[8 + (i % 4)] >> (2 * (i / 4))) & 3;
-        scales[i] = low4 | (high2 << 4);
-    }
-}
-
 void dequantize_q3_k(const BlockQ3_K *x, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i) {
         const float d = fp16_to_f32(x[i].d);

@@ -72,7 +72,7 @@ struct Options {
                  "usage: kt-expert-bench [options]\n"
                  "  --preset qwen3|deepseek   qwen3: 128 experts, top-8, H 2048, I 768; deepseek: 256, top-8, H 7168, I 2048\n"
                  "  --experts E --top-k K --hidden H --inter I\n"
-                 "  --format LIST             int8,int4,bf16,q4_k,q8_0,q4_0,q5_k,q6_k,iq4_xs (default int8)\n"
+                 "  --format LIST             int8,int4,bf16,q4_k,q8_0,q4_0,q5_k,q6_k,iq4_xs,q2_k,q3_k (default int8)\n"
                  "  --int4-group G            32, 64 or 128 (default 128)\n"
                  "  --spin-us S               how long idle workers spin before sleeping (default: kt's)\n"
                  "  --tokens LIST             tokens per call (default 1,4,512)\n"
@@ -207,7 +207,8 @@ const Format kFormats[] = {
     {"bf16", KT_TYPE_BF16, KT_EXPERT_WEIGHTS_AS_SOURCE}, {"q4_k", KT_TYPE_Q4_K, KT_EXPERT_WEIGHTS_AS_SOURCE},
     {"q8_0", KT_TYPE_Q8_0, KT_EXPERT_WEIGHTS_AS_SOURCE}, {"q4_0", KT_TYPE_Q4_0, KT_EXPERT_WEIGHTS_AS_SOURCE},
     {"q5_k", KT_TYPE_Q5_K, KT_EXPERT_WEIGHTS_AS_SOURCE}, {"q6_k", KT_TYPE_Q6_K, KT_EXPERT_WEIGHTS_AS_SOURCE},
-    {"iq4_xs", KT_TYPE_IQ4_XS, KT_EXPERT_WEIGHTS_AS_SOURCE},
+    {"iq4_xs", KT_TYPE_IQ4_XS, KT_EXPERT_WEIGHTS_AS_SOURCE}, {"q2_k", KT_TYPE_Q2_K, KT_EXPERT_WEIGHTS_AS_SOURCE},
+    {"q3_k", KT_TYPE_Q3_K, KT_EXPERT_WEIGHTS_AS_SOURCE},
 };
 
 const Format *find_format(const std::string &name) {
@@ -249,6 +250,11 @@ void fill_random(int32_t type, uint8_t *p, size_t bytes, Rng &rng) {
             case KT_TYPE_Q4_K: std::memcpy(b, &d, 2); std::memcpy(b + 2, &dmin, 2); break;
             case KT_TYPE_Q5_K: std::memcpy(b, &d, 2); std::memcpy(b + 2, &dmin, 2); break;
             case KT_TYPE_Q6_K: std::memcpy(b + offsetof(kt::ref::BlockQ6_K, d), &d, 2); break;
+            case KT_TYPE_Q3_K: std::memcpy(b + offsetof(kt::ref::BlockQ3_K, d), &d, 2); break;
+            case KT_TYPE_Q2_K:
+                std::memcpy(b + offsetof(kt::ref::BlockQ2_K, d), &d, 2);
+                std::memcpy(b + offsetof(kt::ref::BlockQ2_K, dmin), &dmin, 2);
+                break;
             default: std::memcpy(b, &d, 2); break;  // Q4_0, Q8_0, IQ4_XS: d first
         }
     }
@@ -265,6 +271,9 @@ double layer_bytes_estimate(const Options &o, const Format &fmt) {
         default:
             per_weight = static_cast<double>(kt_type_block_bytes(fmt.source_type)) /
                          static_cast<double>(kt_type_block_size(fmt.source_type));
+            // Kept as 4-bit codes (backends/cpu/packed.h) with a byte of scale (Q2_K: and of min) per 16.
+            if (fmt.source_type == KT_TYPE_Q2_K) per_weight = 0.5 + 2.0 / 16 + 4.0 / 256;
+            if (fmt.source_type == KT_TYPE_Q3_K) per_weight = 0.5 + 1.0 / 16 + 2.0 / 256;
     }
     return weights * per_weight;
 }

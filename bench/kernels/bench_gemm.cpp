@@ -47,7 +47,8 @@ const Fmt kFmts[] = {
     {"BF16", KT_TYPE_BF16, moe::TargetFormat::kAsSource, 0}, {"Q4_K", KT_TYPE_Q4_K, moe::TargetFormat::kAsSource, 0},
     {"Q8_0", KT_TYPE_Q8_0, moe::TargetFormat::kAsSource, 0}, {"Q6_K", KT_TYPE_Q6_K, moe::TargetFormat::kAsSource, 0},
     {"Q4_0", KT_TYPE_Q4_0, moe::TargetFormat::kAsSource, 0}, {"Q5_K", KT_TYPE_Q5_K, moe::TargetFormat::kAsSource, 0},
-    {"IQ4_XS", KT_TYPE_IQ4_XS, moe::TargetFormat::kAsSource, 0},
+    {"IQ4_XS", KT_TYPE_IQ4_XS, moe::TargetFormat::kAsSource, 0}, {"Q2_K", KT_TYPE_Q2_K, moe::TargetFormat::kAsSource, 0},
+    {"Q3_K", KT_TYPE_Q3_K, moe::TargetFormat::kAsSource, 0},
 };
 
 // The fastest repetition: what the code does when nothing else runs.
@@ -81,10 +82,14 @@ std::vector<uint8_t> random_source(int32_t type, int64_t rows, int64_t cols) {
     }
     const uint16_t d = f32_to_fp16(0.001f);
     for (size_t off = 0; off + static_cast<size_t>(t->block_bytes) <= v.size(); off += static_cast<size_t>(t->block_bytes)) {
-        if (type == KT_TYPE_Q6_K)
+        if (type == KT_TYPE_Q6_K || type == KT_TYPE_Q3_K) {  // d last
             std::memcpy(&v[off + t->block_bytes - 2], &d, 2);
-        else
+        } else if (type == KT_TYPE_Q2_K) {  // d, dmin last
+            std::memcpy(&v[off + t->block_bytes - 4], &d, 2);
+            std::memcpy(&v[off + t->block_bytes - 2], &d, 2);
+        } else {
             std::memcpy(&v[off], &d, 2);
+        }
         if (type == KT_TYPE_Q4_K) std::memcpy(&v[off + 2], &d, 2);
     }
     return v;

@@ -364,7 +364,7 @@ void decode_row(const MatrixSource &src, const PackSpec &spec, int64_t row, RowS
             for (int64_t b = 0; b < nsb; ++b) {
                 ref::BlockQ2_K b2;
                 ref::BlockQ3_K b3;
-                const uint8_t *qs;
+                const uint8_t *qs, *hmask = nullptr;
                 if (q2) {
                     std::memcpy(&b2, p + b * sizeof b2, sizeof b2);
                     qs = b2.qs;
@@ -377,6 +377,7 @@ void decode_row(const MatrixSource &src, const PackSpec &spec, int64_t row, RowS
                 } else {
                     std::memcpy(&b3, p + b * sizeof b3, sizeof b3);
                     qs = b3.qs;
+                    hmask = b3.hmask;
                     s->f16_super[static_cast<size_t>(b)] = b3.d;
                     int scales[16];
                     ref::unpack_q3_k_scales(b3.scales, scales);
@@ -387,7 +388,7 @@ void decode_row(const MatrixSource &src, const PackSpec &spec, int64_t row, RowS
                     for (int shift = 0; shift < 8; shift += 2)
                         for (int l = 0; l < 32; ++l) {
                             int q = (qs[32 * half + l] >> shift) & 3;
-                            if (!q2 && (b3.hmask[l] >> (4 * half + shift / 2)) & 1) q |= 4;
+                            if (hmask && (hmask[l] >> (4 * half + shift / 2)) & 1) q |= 4;
                             c[128 * half + 16 * shift + l] = static_cast<uint8_t>(q);
                         }
             }

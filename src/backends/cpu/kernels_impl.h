@@ -88,9 +88,16 @@ struct Fmt<PackedType::kQ3_K> {
     static constexpr int kUMax = 7;
 };
 
-// Bytes of high bits per 1 KiB tile (packed.h): Q5_K one bit per weight, Q6_K two; and per tile row.
+// Codes per byte of a tile (packed.h): 4 in crumb tiles, 2 in nibble tiles, 1 in int8 tiles.
 template <PackedType T>
-inline constexpr int64_t kHbitsPerTile = T == PackedType::kQ5_K ? 256 : T == PackedType::kQ6_K ? 512 : 0;
+inline constexpr int kParts = T == PackedType::kQ2_K || T == PackedType::kQ3_K ? 4 : Fmt<T>::kNibble ? 2 : 1;
+
+// Bytes of high bits per 1 KiB tile (packed.h): Q5_K one bit per weight, Q6_K two, Q3_K one (of 4096 weights); and
+// per tile row.
+template <PackedType T>
+inline constexpr int64_t kHbitsPerTile = T == PackedType::kQ5_K                             ? 256
+                                         : T == PackedType::kQ6_K || T == PackedType::kQ3_K ? 512
+                                                                                            : 0;
 template <PackedType T>
 inline constexpr int64_t kHbitsPerRow = kHbitsPerTile<T> / 16;
 
@@ -287,12 +294,21 @@ struct Kernels {
             if constexpr (T == PackedType::kQ4_0 && S::kAffineNibbles) {
                 if (part) return S::high_nibbles_xor8(x);
             }
+            if constexpr (kParts<T> == 4) {  // crumbs: part q at bits 2q (part is a constant where steps unroll)
+                const VI field = S::and_(part == 0   ? x
+                                         : part == 1 ? S::template srl16<2>(x)
+                                         : part == 2 ? S::template srl16<4>(x)
+                                                     : S::template srl16<6>(x),
+                                         S::set1_8(3));
+                if constexpr (T == PackedType::kQ3_K) return S::or_(field, S::template high_bit<0x04>(hb + part * 8, vi));
+                return field;
+            }
             if constexpr (kInPlace && kHighNibbleInPlace<T>)
                 return S::and_(x, S::set1_8(static_cast<int8_t>(part ? 0xF0 : 0x0F)));
             const VI nib = S::and_(part ? S::template srl16<4>(x) : x, S::set1_8(0x0F));
             if constexpr (T == PackedType::kInt4 || T == PackedType::kQ4_0) return S::xor_(nib, S::set1_8(8));
-            if constexpr (T == PackedType::kQ4_K || T == PackedType::kQ2_K || T == PackedType::kQ3_K) return nib;
-            if constexpr (T == PackedType::kQ5_K) return S::or_(nib, S::high_bit5(hb + part * 8, vi));
+            if constexpr (T == PackedType::kQ4_K) return nib;
+            if constexpr (T == PackedType::kQ5_K) return S::or_(nib, S::template high_bit<0x10>(hb + part * 8, vi));
             if constexpr (T == PackedType::kQ6_K) return S::or_(nib, S::high_bits6(hb + part * 16, vi));
             if constexpr (T == PackedType::kIq4Xs || T == PackedType::kMxfp4) return S::lut16(table, nib);
         }
@@ -431,7 +447,6 @@ struct Kernels {
     static void int_block(const PackedMatrix &w, int64_t p, int c0, const int8_t *const *a, const int32_t *const *sums,
                           const float *a_scale, float *const *c, int valid_cols, const TilePrefetch &prefetch,
                           const PanelScales &prepared) {
-        constexpr int kParts = Fmt<T>::kNibble ? 2 : 1;
         constexpr int kRowsPerFlush = (kKpg == 0 || kKpg > 16) ? 16 : kKpg;
         constexpr int kUMax = kHighNibbleInPlace<T> ? 0xF0 : Fmt<T>::kUMax;
         // Independent int32 accumulator chains per output vector: consecutive K steps alternate between them, so
@@ -536,17 +551,16 @@ struct Kernels {
             }
         };
 
-        const int64_t tile_k4 = Fmt<T>::kNibble ? 32 : 16;  // K steps of 4 per tile
+        const int64_t tile_k4 = 16 * kParts<T>;  // K steps of 4 per tile
         PrefetchCursor prefetched(prefetch, p);
         int64_t g = 0;
         for (int64_t s = 0; s < L.tiles_per_half; ++s) {
             const uint8_t *tb[kNV];
-            const uint8_t *hb[kNV] = {w.data, w.data};  // Q5_K and Q6_K: this tile's high bits
+            const uint8_t *hb[kNV] = {w.data, w.data};  // Q3_K, Q5_K and Q6_K: this tile's high bits
             for (int v = 0; v < kNV; ++v) {
                 tb[v] = w.tile(p, s, vp[v].half) + vp[v].byte_off;
                 const int64_t tile_index = (p * L.tiles_per_half + s) * 2 + vp[v].half;
-                if constexpr (T == PackedType::kQ5_K) hb[v] = w.data + L.hbits + tile_index * 256;
-                if constexpr (T == PackedType::kQ6_K) hb[v] = w.data + L.hbits + tile_index * 512;
+                if constexpr (kHbitsPerTile<T> > 0) hb[v] = w.data + L.hbits + tile_index * kHbitsPerTile<T>;
             }
             prefetched.at_tile(prefetch, p, s);
             // The two parts of a nibble tile (low and high nibbles), each its row blocks of kRowsPerFlush steps.
@@ -601,9 +615,9 @@ struct Kernels {
                 }
             };
             if constexpr (kUnrollKernelSteps) {
-                static_for<kParts>(tile_part);
+                static_for<kParts<T>>(tile_part);
             } else {
-                for (int part = 0; part < kParts; ++part) tile_part(part);
+                for (int part = 0; part < kParts<T>; ++part) tile_part(part);
             }
             if (stop) break;
         }
@@ -783,14 +797,14 @@ struct Kernels {
                     if constexpr (!Fmt<T>::kNibble) {
                         std::memcpy(dst, w.tile(p, t, h), kTileBytes);  // the int8 codes are stored as they are
                     } else {
-                        const int64_t s = t / 2;
-                        const int part = static_cast<int>(t % 2);
+                        const int64_t s = t / kParts<T>;
+                        const int part = static_cast<int>(t % kParts<T>);
                         const uint8_t *src = w.tile(p, s, h);
                         const int64_t tile_index = (p * L.tiles_per_half + s) * 2 + h;
                         for (int r = 0; r < 16; ++r) {
                             const uint8_t *row_hb = nullptr;
-                            if constexpr (T == PackedType::kQ5_K) row_hb = w.data + L.hbits + tile_index * 256 + r * 16;
-                            if constexpr (T == PackedType::kQ6_K) row_hb = w.data + L.hbits + tile_index * 512 + r * 32;
+                            if constexpr (kHbitsPerTile<T> > 0)
+                                row_hb = w.data + L.hbits + tile_index * kHbitsPerTile<T> + r * kHbitsPerRow<T>;
                             for (int vi = 0; vi * kW * 4 < kTileRowBytes; ++vi) {
                                 const int off = r * static_cast<int>(kTileRowBytes) + vi * kW * 4;
                                 S::storeu(dst + off, signed_code<T>(decode<T>(src + off, part, row_hb, vi, table), u_offset));

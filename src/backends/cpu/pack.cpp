@@ -79,18 +79,22 @@ void pack_row(const PackedLayout &L, int64_t p, int col, const RowFields &f, uin
         }
     } else {
         // Nibble tiles: byte b of word j of tile row r holds K value 4r + b of the tile's first 64 in its low nibble
-        // (part 0) and 64 + 4r + b in its high one (part 1). Each word is built in a register and ored in once:
-        // stored byte by byte through uint8_t pointers, which may alias anything, every field of L and f was loaded
-        // again after each store, and packing took most of a model's load time.
+        // (part 0) and 64 + 4r + b in its high one (part 1); crumb tiles the same with four 2-bit parts, K
+        // 64 * part + 4r + b at bits 2 * part. Each word is built in a register and ored in once: stored byte by
+        // byte through uint8_t pointers, which may alias anything, every field of L and f was loaded again after
+        // each store, and packing took most of a model's load time.
         const PackedType type = L.type;
         const uint8_t *codes = f.codes;
         uint8_t *const hbits = dst + L.hbits;
-        for (int64_t s = 0; s * 128 < k; ++s) {
+        const int parts = kind == TileKind::kCrumb ? 4 : 2, bits = 8 / parts;
+        const int64_t tile_k = 64 * parts;
+        const uint32_t field = kind == TileKind::kCrumb ? 0x03030303u : 0x0F0F0F0Fu;
+        for (int64_t s = 0; s * tile_k < k; ++s) {
             uint8_t *const t = tile(s) + 4 * j;
             const int64_t hb_tile = tile_index(s) * (type == PackedType::kQ5_K ? 256 : 512);
-            for (int part = 0; part < 2; ++part) {
+            for (int part = 0; part < parts; ++part) {
                 for (int r = 0; r < 16; ++r) {
-                    const int64_t i = s * 128 + part * 64 + 4 * r;
+                    const int64_t i = s * tile_k + part * 64 + 4 * r;
                     const int n = static_cast<int>(std::clamp<int64_t>(k - i, 0, 4));  // K positions past K stay zero
                     // The four codes as one word (little-endian): byte b = the code of K position i + b, zero past K.
                     uint32_t w = 0;
@@ -99,20 +103,20 @@ void pack_row(const PackedLayout &L, int64_t p, int col, const RowFields &f, uin
                     else
                         for (int b = 0; b < n; ++b) w |= static_cast<uint32_t>(codes[i + b]) << (8 * b);
                     // INT4: the code's two's complement nibble; Q4_0: q - 8 the same way, which on four bits is
-                    // q ^ 8; the others: the low 4 bits. Past K the nibble stays zero.
+                    // q ^ 8; the others: the low 4 (crumbs: 2) bits. Past K the field stays zero.
                     const uint32_t live = n == 4 ? 0xFFFFFFFFu : (1u << (8 * n)) - 1;
-                    const uint32_t nibbles = (type == PackedType::kQ4_0 ? w ^ 0x08080808u : w) & 0x0F0F0F0Fu & live;
-                    or_word(t + r * kTileRowBytes, nibbles << (4 * part));
-                    // High bits of tile-row byte 4j + b: Q5_K one bit each, bit (4j + b) % 8 of byte (4j + b) / 8 of
-                    // the row part's 8 (the multiply gathers bit 4 of the four bytes into bits 24-27, and no two of
-                    // its other products meet below them); Q6_K two, bits 2 ((4j + b) / 16) of byte (4j + b) % 16 of
-                    // its 16.
-                    if (type == PackedType::kQ5_K) {
-                        const uint32_t high5 = ((((w >> 4) & 0x01010101u) * 0x01020408u) >> 24) & 0x0F;
-                        hbits[hb_tile + (r * 2 + part) * 8 + j / 2] |= static_cast<uint8_t>(high5 << (4 * (j % 2)));
+                    const uint32_t fields = (type == PackedType::kQ4_0 ? w ^ 0x08080808u : w) & field & live;
+                    or_word(t + r * kTileRowBytes, fields << (bits * part));
+                    // High bits of tile-row byte 4j + b: Q5_K and Q3_K one bit each (the bit above the field), bit
+                    // (4j + b) % 8 of byte (4j + b) / 8 of the row part's 8 (the multiply gathers bit 0 of the four
+                    // bytes into bits 24-27, and no two of its other products meet below them); Q6_K two, bits 2
+                    // ((4j + b) / 16) of byte (4j + b) % 16 of its 16.
+                    if (type == PackedType::kQ5_K || type == PackedType::kQ3_K) {
+                        const uint32_t high = ((((w >> bits) & 0x01010101u) * 0x01020408u) >> 24) & 0x0F;
+                        hbits[hb_tile + (r * parts + part) * 8 + j / 2] |= static_cast<uint8_t>(high << (4 * (j % 2)));
                     } else if (type == PackedType::kQ6_K) {
-                        const uint32_t fields = ((w >> 4) & 0x03030303u) << (2 * (j / 4));
-                        or_word(hbits + hb_tile + (r * 2 + part) * 16 + 4 * (j % 4), fields);
+                        const uint32_t high = ((w >> 4) & 0x03030303u) << (2 * (j / 4));
+                        or_word(hbits + hb_tile + (r * 2 + part) * 16 + 4 * (j % 4), high);
                     }
                 }
             }

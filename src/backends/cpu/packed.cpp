@@ -17,8 +17,8 @@ constexpr PackedTypeInfo kInfo[kPackedTypeCount] = {
     {PackedType::kQ6_K, "Q6_K", TileKind::kNibble, 128, 16, 256, 32, false, 63},
     {PackedType::kIq4Xs, "IQ4_XS", TileKind::kNibble, 128, 32, 256, 128, false, 241},
     {PackedType::kMxfp4, "MXFP4", TileKind::kNibble, 128, 32, 0, 12, false, 24},
-    {PackedType::kQ2_K, "Q2_K", TileKind::kNibble, 128, 16, 256, 0, true, 3},
-    {PackedType::kQ3_K, "Q3_K", TileKind::kNibble, 128, 16, 256, 4, false, 7},
+    {PackedType::kQ2_K, "Q2_K", TileKind::kCrumb, 256, 16, 256, 0, true, 3},
+    {PackedType::kQ3_K, "Q3_K", TileKind::kCrumb, 256, 16, 256, 4, false, 7},
 };
 
 // Appends a region of `bytes` at the next 64-byte boundary; returns false on overflow.
@@ -93,12 +93,12 @@ Status packed_layout(PackedType type, int64_t n, int64_t k, int32_t group, int32
                  append(&cursor, cols * static_cast<uint64_t>(l.superblocks) * 2, &l.smin);
             break;
         case PackedType::kQ6_K:
+        case PackedType::kQ3_K:  // 512 bytes of high bits a tile for both: 2 bits per code of 2048, 1 of 4096
             ok = ok && append(&cursor, tiles * 512, &l.hbits) &&
                  append(&cursor, cols * static_cast<uint64_t>(l.groups), &l.gscale) &&
                  append(&cursor, cols * static_cast<uint64_t>(l.superblocks) * 2, &l.sscale);
             break;
         case PackedType::kIq4Xs:
-        case PackedType::kQ3_K:
             ok = ok && append(&cursor, cols * static_cast<uint64_t>(l.groups), &l.gscale) &&
                  append(&cursor, cols * static_cast<uint64_t>(l.superblocks) * 2, &l.sscale);
             break;

@@ -12,7 +12,8 @@
 //     AVX-512 operand of vpdpbusd against a broadcast 32-bit word of activations, or two AVX2 operands; 16 tile
 //     rows with stride 64 are one AMX B tile.
 //   - int8 tiles cover 64 K (one byte per weight); bf16 tiles 32 K (pairs of bf16); nibble tiles 128 K (the low
-//     nibble of tile row r holds K 4r..4r+3, the high nibble K 64+4r..64+4r+3, as in the AMX INT4 layout).
+//     nibble of tile row r holds K 4r..4r+3, the high nibble K 64+4r..64+4r+3, as in the AMX INT4 layout); crumb
+//     tiles 256 K (bits 2q..2q+1 of tile row r hold K 64q+4r..64q+4r+3: the nibble order with four parts).
 //   - Tile (p, s, h) starts at ((p * S + s) * 2 + h) * 1024, S = tiles per half along K; after the tiles come the
 //     per-format side arrays (scales, high bits) at 64-byte aligned offsets.
 //
@@ -35,12 +36,14 @@
 //           w = d*(ls-32)*T[index]. u = T[index] + 128.
 //   kMxfp4  nibble tiles of the e2m1 code (GGUF MXFP4 as stored), then the E8M0 byte e[P][K/32][32].
 //           w = M[code] * 2^(e - 128), M the doubled e2m1 values -12 .. 12. u = M[code] + 12 (0 .. 24).
-//   kQ2_K   as kQ4_K with groups of 16: nibble tiles of q (0..3), u8 sc[P][K/16][32], u8 m[P][K/16][32] (GGUF's
-//           4-bit scale and min), f16 d and dmin[P][SB][32]. w = d*sc*q - dmin*m. u = q.
-//   kQ3_K   as kQ6_K without high bits: nibble tiles of q (0..7: GGUF's 2 low bits, and 4 where its hmask bit is
-//           set), i8 sc[P][K/16][32] (GGUF's 6-bit scale - 32), f16 d[P][SB][32]. w = d*sc*(q - 4). u = q.
-//           Both keep 4 bits a code where GGUF stores 2.6 and 3.4: 1.9x and 1.3x their size, against 3.2x and
-//           2.5x for the Q8_0 they were converted to before (a tile of 2-bit fields would hold them at their own).
+//   kQ2_K   crumb tiles of q (0..3), then u8 sc[P][K/16][32], u8 m[P][K/16][32] (GGUF's 4-bit scale and min),
+//           f16 d and dmin[P][SB][32]: as kQ4_K with groups of 16. w = d*sc*q - dmin*m. u = q.
+//   kQ3_K   crumb tiles of the low 2 bits of q (0..7: GGUF's 2 low bits, and 4 where its hmask bit is set), plus
+//           the third bits as kQ5_K's fifth: for each tile row and crumb part 8 bytes, bit i for tile-row byte i,
+//           at hbits[tile][r][4][8] (512 bytes per 4 KiB of codes); then i8 sc[P][K/16][32] (GGUF's 6-bit scale
+//           - 32), f16 d[P][SB][32]. w = d*sc*(q - 4). u = q.
+//           Both take 3.1 and 3.6 bits a weight where GGUF takes 2.6 and 3.4 (Q2_K's scale and min get a byte
+//           each); as the Q8_0 they were converted to before, 8.5.
 // SB = ceil((K + superblock_k_offset) / 256) super-blocks. For the super-block formats a matrix may start in the middle of a GGUF super-block (a NUMA shard whose K range
 // starts at a multiple of 128 that is not one of 256): `superblock_k_offset` (0 or 128) is how much of the first
 // super-block lies before K = 0, and K position k of the matrix uses super-block (k + offset) / 256.
@@ -71,7 +74,7 @@ inline constexpr int kPackedTypeCount = 12;
 
 // The version of these layouts as bytes: packed buffers kept across processes (runtime/pack_cache.h) record it and
 // are refused when it differs. Increment it with any change to what pack_slice writes for any type.
-inline constexpr uint32_t kPackedLayoutVersion = 2;  // 2: Q2_K and Q3_K kept as stored (Q8_0 before)
+inline constexpr uint32_t kPackedLayoutVersion = 2;  // 2: Q2_K and Q3_K kept as stored in crumb tiles (Q8_0 before)
 
 inline constexpr int64_t kPanel = 32;      // columns per panel
 inline constexpr int64_t kHalf = 16;       // columns per half panel (one AVX-512 vector of int32 / fp32)
@@ -79,13 +82,13 @@ inline constexpr int64_t kTileBytes = 1024;
 inline constexpr int64_t kTileRowBytes = 64;
 inline constexpr size_t kPackedAlignment = 64;
 
-enum class TileKind : int32_t { kInt8, kNibble, kBf16 };
+enum class TileKind : int32_t { kInt8, kNibble, kBf16, kCrumb };
 
 struct PackedTypeInfo {
     PackedType type;
     const char *name;
     TileKind tile;
-    int64_t tile_k;        // K per tile: 64 (int8), 128 (nibble), 32 (bf16)
+    int64_t tile_k;        // K per tile: 64 (int8), 128 (nibble), 32 (bf16), 256 (crumb)
     int32_t group;         // K per scale group (0: per column over the whole K; kInt4: chosen per matrix)
     int32_t superblock;    // K per super-block scale (256 for K-quants and IQ4_XS, else 0)
     int32_t u_offset;      // u = w_code + u_offset for symmetric formats (0: asymmetric K-quants with mins)

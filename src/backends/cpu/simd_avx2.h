@@ -63,8 +63,10 @@ struct Avx2 {
     static constexpr bool kLut16LowBitsOnly = false;  // vpshufb zeroes a byte whose index has bit 7 set
     static VI lut16(VI table, VI idx) { return _mm256_shuffle_epi8(table, idx); }
 
-    // Q5_K: bits 32*vi .. 32*vi+31 of the 64-bit word at p, one per byte, as 0x10 / 0.
-    static VI high_bit5(const uint8_t *p, int vi) {
+    // Q5_K (kValue 0x10) and Q3_K (0x04): bits 32*vi .. 32*vi+31 of the 64-bit word at p, one per byte, as
+    // kValue / 0.
+    template <int kValue>
+    static VI high_bit(const uint8_t *p, int vi) {
         uint32_t bits;
         std::memcpy(&bits, p + 4 * vi, 4);
         // Byte i takes source byte i / 8 (the broadcast repeats the word in every dword, so lane 1 reads bytes 2, 3
@@ -74,7 +76,7 @@ struct Avx2 {
             _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3,
                              3, 3));
         const VI bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
-        return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
+        return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(kValue));
     }
     // Q6_K: tile-row bytes 32*vi .. 32*vi+31 use the fields at bits 4*vi and 4*vi+2 of bytes 0..15.
     static VI high_bits6(const uint8_t *p, int vi) {

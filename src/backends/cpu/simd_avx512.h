@@ -115,11 +115,13 @@ struct Avx512 {
         return _mm512_gf2p8affine_epi64_epi8(x, _mm512_set1_epi64(0x1020408000000000ll), 8);
     }
 
-    // Q5_K: 0x10 in byte i where bit i of the 64-bit word at p is set (vi: which part of a tile row; 0 here).
-    static VI high_bit5(const uint8_t *p, int /*vi*/) {
+    // Q5_K (kValue 0x10) and Q3_K (0x04): kValue in byte i where bit i of the 64-bit word at p is set (vi: which
+    // part of a tile row; 0 here).
+    template <int kValue>
+    static VI high_bit(const uint8_t *p, int /*vi*/) {
         uint64_t bits;
         std::memcpy(&bits, p, 8);
-        return _mm512_maskz_mov_epi8(static_cast<__mmask64>(bits), _mm512_set1_epi8(0x10));
+        return _mm512_maskz_mov_epi8(static_cast<__mmask64>(bits), _mm512_set1_epi8(kValue));
     }
     // Q6_K: (field << 4) in byte i, where byte j of the 16 bytes at p holds the 2-bit fields of bytes j, j+16,
     // j+32, j+48 at bits 0, 2, 4, 6. One 64-bit rotate per 128-bit lane brings each lane's field to bits 4-5 (left

@@ -111,9 +111,10 @@ struct Scalar {
         for (int i = 0; i < 64; ++i) r.b[i] = table.b[(i / 16) * 16 + (idx.b[i] & 15)];
         return r;
     }
-    static VI high_bit5(const uint8_t *p, int /*vi*/) {
+    template <int kValue>
+    static VI high_bit(const uint8_t *p, int /*vi*/) {
         VI r;
-        for (int i = 0; i < 64; ++i) r.b[i] = ((p[i / 8] >> (i % 8)) & 1) ? 0x10 : 0;
+        for (int i = 0; i < 64; ++i) r.b[i] = ((p[i / 8] >> (i % 8)) & 1) ? kValue : 0;
         return r;
     }
     static VI high_bits6(const uint8_t *p, int /*vi*/) {

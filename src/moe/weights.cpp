@@ -357,7 +357,6 @@ void decode_row(const MatrixSource &src, const PackSpec &spec, int64_t row, RowS
             if (q2) {
                 s->f16_super2.resize(static_cast<size_t>(nsb));
                 s->u8_group.resize(static_cast<size_t>(nsb * 16));
-                s->u8_group2.resize(static_cast<size_t>(nsb * 16));
             } else {
                 s->i8_group.resize(static_cast<size_t>(nsb * 16));
             }
@@ -370,10 +369,7 @@ void decode_row(const MatrixSource &src, const PackSpec &spec, int64_t row, RowS
                     qs = b2.qs;
                     s->f16_super[static_cast<size_t>(b)] = b2.d;
                     s->f16_super2[static_cast<size_t>(b)] = b2.dmin;
-                    for (int g = 0; g < 16; ++g) {
-                        s->u8_group[static_cast<size_t>(b * 16 + g)] = b2.scales[g] & 0x0F;
-                        s->u8_group2[static_cast<size_t>(b * 16 + g)] = b2.scales[g] >> 4;
-                    }
+                    std::memcpy(s->u8_group.data() + b * 16, b2.scales, 16);  // scale | min << 4, kept so
                 } else {
                     std::memcpy(&b3, p + b * sizeof b3, sizeof b3);
                     qs = b3.qs;
@@ -394,7 +390,6 @@ void decode_row(const MatrixSource &src, const PackSpec &spec, int64_t row, RowS
             }
             if (q2) {
                 f->u8_group = s->u8_group.data();
-                f->u8_group2 = s->u8_group2.data();
                 f->f16_super2 = s->f16_super2.data();
             } else {
                 f->i8_group = s->i8_group.data();

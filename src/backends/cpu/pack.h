@@ -24,7 +24,7 @@ namespace kt::cpu {
 //   kQ6_K   codes: q in 0..63 (w = d * sc * (q - 32)); i8_group[K/16]: sc; f16_super[SB]: d.
 //   kIq4Xs  codes: code book index 0..15; i8_group[K/32]: ls - 32; f16_super[SB]: d.
 //   kMxfp4  codes: e2m1 code 0..15; u8_group[K/32]: the E8M0 exponent byte.
-//   kQ2_K   as kQ4_K with q in 0..3 and groups of 16: u8_group[K/16]: sc, u8_group2[K/16]: m.
+//   kQ2_K   codes: q in 0..3; u8_group[K/16]: sc | m << 4 (GGUF's byte); f16_super[SB]: d, f16_super2[SB]: dmin.
 //   kQ3_K   codes: q in 0..7 (w = d * sc * (q - 4)); i8_group[K/16]: sc; f16_super[SB]: d.
 // Super-block arrays are indexed as the layout's: K position k uses (k + superblock_k_offset) / 256.
 struct RowFields {

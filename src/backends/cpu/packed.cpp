@@ -82,11 +82,15 @@ Status packed_layout(PackedType type, int64_t n, int64_t k, int32_t group, int32
         case PackedType::kBf16: break;
         case PackedType::kQ8_0:
         case PackedType::kQ4_0: ok = ok && append(&cursor, cols * static_cast<uint64_t>(l.groups) * 2, &l.gscale); break;
+        case PackedType::kQ2_K:  // scale and min share a byte: no gmin
+            ok = ok && append(&cursor, cols * static_cast<uint64_t>(l.groups), &l.gscale) &&
+                 append(&cursor, cols * static_cast<uint64_t>(l.superblocks) * 2, &l.sscale) &&
+                 append(&cursor, cols * static_cast<uint64_t>(l.superblocks) * 2, &l.smin);
+            break;
         case PackedType::kQ5_K:
             ok = ok && append(&cursor, tiles * 256, &l.hbits);
             [[fallthrough]];
         case PackedType::kQ4_K:
-        case PackedType::kQ2_K:
             ok = ok && append(&cursor, cols * static_cast<uint64_t>(l.groups), &l.gscale) &&
                  append(&cursor, cols * static_cast<uint64_t>(l.groups), &l.gmin) &&
                  append(&cursor, cols * static_cast<uint64_t>(l.superblocks) * 2, &l.sscale) &&

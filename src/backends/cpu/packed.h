@@ -36,14 +36,14 @@
 //           w = d*(ls-32)*T[index]. u = T[index] + 128.
 //   kMxfp4  nibble tiles of the e2m1 code (GGUF MXFP4 as stored), then the E8M0 byte e[P][K/32][32].
 //           w = M[code] * 2^(e - 128), M the doubled e2m1 values -12 .. 12. u = M[code] + 12 (0 .. 24).
-//   kQ2_K   crumb tiles of q (0..3), then u8 sc[P][K/16][32], u8 m[P][K/16][32] (GGUF's 4-bit scale and min),
+//   kQ2_K   crumb tiles of q (0..3), then u8 (sc | m << 4)[P][K/16][32] (GGUF's 4-bit scale and min, in its byte),
 //           f16 d and dmin[P][SB][32]: as kQ4_K with groups of 16. w = d*sc*q - dmin*m. u = q.
 //   kQ3_K   crumb tiles of the low 2 bits of q (0..7: GGUF's 2 low bits, and 4 where its hmask bit is set), plus
 //           the third bits as kQ5_K's fifth: for each tile row and crumb part 8 bytes, bit i for tile-row byte i,
 //           at hbits[tile][r][4][8] (512 bytes per 4 KiB of codes); then i8 sc[P][K/16][32] (GGUF's 6-bit scale
 //           - 32), f16 d[P][SB][32]. w = d*sc*(q - 4). u = q.
-//           Both take 3.1 and 3.6 bits a weight where GGUF takes 2.6 and 3.4 (Q2_K's scale and min get a byte
-//           each); as the Q8_0 they were converted to before, 8.5.
+//           Both take 2.7 and 3.6 bits a weight where GGUF takes 2.6 and 3.4; as the Q8_0 they were converted to
+//           before, 8.5.
 // SB = ceil((K + superblock_k_offset) / 256) super-blocks. For the super-block formats a matrix may start in the middle of a GGUF super-block (a NUMA shard whose K range
 // starts at a multiple of 128 that is not one of 256): `superblock_k_offset` (0 or 128) is how much of the first
 // super-block lies before K = 0, and K position k of the matrix uses super-block (k + offset) / 256.

@@ -125,6 +125,14 @@ struct Avx2 {
         std::memcpy(&v, p, 8);
         return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(v)));
     }
+    // The low and high nibbles of kW bytes (Q2_K's scale and min byte).
+    static void loadf_u4_pairs(const uint8_t *p, VF *low, VF *high) {
+        int64_t v;
+        std::memcpy(&v, p, 8);
+        const __m256i b = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v));
+        *low = _mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(15)));
+        *high = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+    }
     static VF loadf_bf16(const uint16_t *p) {
         return _mm256_castsi256_ps(
             _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))), 16));

@@ -187,6 +187,12 @@ struct Avx512 {
     static VF loadf_i8(const int8_t *p) {
         return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))));
     }
+    // The low and high nibbles of kW bytes (Q2_K's scale and min byte).
+    static void loadf_u4_pairs(const uint8_t *p, VF *low, VF *high) {
+        const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+        *low = _mm512_cvtepi32_ps(_mm512_and_si512(b, _mm512_set1_epi32(15)));
+        *high = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
+    }
     static void storef(float *p, VF v) { _mm512_storeu_ps(p, v); }
     static void storef_n(float *p, VF v, int n) {
         _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1u), v);

@@ -214,6 +214,12 @@ struct Scalar {
         for (int l = 0; l < 16; ++l) r.f[l] = static_cast<float>(p[l]);
         return r;
     }
+    static void loadf_u4_pairs(const uint8_t *p, VF *low, VF *high) {
+        for (int l = 0; l < 16; ++l) {
+            low->f[l] = static_cast<float>(p[l] & 15);
+            high->f[l] = static_cast<float>(p[l] >> 4);
+        }
+    }
     static VF loadf_bf16(const uint16_t *p) {
         VF r;
         for (int l = 0; l < 16; ++l) r.f[l] = bf16_to_f32(p[l]);

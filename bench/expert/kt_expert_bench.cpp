@@ -271,9 +271,9 @@ double layer_bytes_estimate(const Options &o, const Format &fmt) {
         default:
             per_weight = static_cast<double>(kt_type_block_bytes(fmt.source_type)) /
                          static_cast<double>(kt_type_block_size(fmt.source_type));
-            // Kept as 2-bit fields (backends/cpu/packed.h; Q3_K: and a bit) with a byte of scale (Q2_K: and one of
-            // min) per 16.
-            if (fmt.source_type == KT_TYPE_Q2_K) per_weight = 0.25 + 2.0 / 16 + 4.0 / 256;
+            // Kept as 2-bit fields (backends/cpu/packed.h; Q3_K: and a bit) with a byte of scale (Q2_K: and min)
+            // per 16.
+            if (fmt.source_type == KT_TYPE_Q2_K) per_weight = 0.25 + 1.0 / 16 + 4.0 / 256;
             if (fmt.source_type == KT_TYPE_Q3_K) per_weight = 0.375 + 1.0 / 16 + 2.0 / 256;
     }
     return weights * per_weight;

@@ -42,8 +42,8 @@
 //           the third bits as kQ5_K's fifth: for each tile row and crumb part 8 bytes, bit i for tile-row byte i,
 //           at hbits[tile][r][4][8] (512 bytes per 4 KiB of codes); then i8 sc[P][K/16][32] (GGUF's 6-bit scale
 //           - 32), f16 d[P][SB][32]. w = d*sc*(q - 4). u = q.
-//           Both take 2.7 and 3.6 bits a weight where GGUF takes 2.6 and 3.4; as the Q8_0 they were converted to
-//           before, 8.5.
+//           Q2_K takes GGUF's 2.625 bits a weight exactly, Q3_K 3.5625 for 3.4375 (its scales a byte each); as the
+//           Q8_0 they were converted to before, 8.5.
 // SB = ceil((K + superblock_k_offset) / 256) super-blocks. For the super-block formats a matrix may start in the middle of a GGUF super-block (a NUMA shard whose K range
 // starts at a multiple of 128 that is not one of 256): `superblock_k_offset` (0 or 128) is how much of the first
 // super-block lies before K = 0, and K position k of the matrix uses super-block (k + offset) / 256.

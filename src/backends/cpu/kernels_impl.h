@@ -77,6 +77,7 @@ struct Fmt<PackedType::kMxfp4> {
     static constexpr bool kNibble = true, kMins = false;
     static constexpr int kUMax = 24;
 };
+// kNibble: codes narrower than a byte (Q2_K and Q3_K in crumb tiles: kParts below).
 template <>
 struct Fmt<PackedType::kQ2_K> {
     static constexpr bool kNibble = true, kMins = true;

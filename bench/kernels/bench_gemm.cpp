@@ -47,8 +47,8 @@ const Fmt kFmts[] = {
     {"BF16", KT_TYPE_BF16, moe::TargetFormat::kAsSource, 0}, {"Q4_K", KT_TYPE_Q4_K, moe::TargetFormat::kAsSource, 0},
     {"Q8_0", KT_TYPE_Q8_0, moe::TargetFormat::kAsSource, 0}, {"Q6_K", KT_TYPE_Q6_K, moe::TargetFormat::kAsSource, 0},
     {"Q4_0", KT_TYPE_Q4_0, moe::TargetFormat::kAsSource, 0}, {"Q5_K", KT_TYPE_Q5_K, moe::TargetFormat::kAsSource, 0},
-    {"IQ4_XS", KT_TYPE_IQ4_XS, moe::TargetFormat::kAsSource, 0}, {"Q2_K", KT_TYPE_Q2_K, moe::TargetFormat::kAsSource, 0},
-    {"Q3_K", KT_TYPE_Q3_K, moe::TargetFormat::kAsSource, 0},
+    {"IQ4_XS", KT_TYPE_IQ4_XS, moe::TargetFormat::kAsSource, 0},
+    {"Q2_K", KT_TYPE_Q2_K, moe::TargetFormat::kAsSource, 0},  {"Q3_K", KT_TYPE_Q3_K, moe::TargetFormat::kAsSource, 0},
 };
 
 // The fastest repetition: what the code does when nothing else runs.

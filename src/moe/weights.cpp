@@ -369,7 +369,7 @@ void decode_row(const MatrixSource &src, const PackSpec &spec, int64_t row, RowS
                     qs = b2.qs;
                     s->f16_super[static_cast<size_t>(b)] = b2.d;
                     s->f16_super2[static_cast<size_t>(b)] = b2.dmin;
-                    std::memcpy(s->u8_group.data() + b * 16, b2.scales, 16);  // scale | min << 4, kept so
+                    std::memcpy(s->u8_group.data() + b * 16, b2.scales, 16);  // scale | min << 4, as packed.h keeps it
                 } else {
                     std::memcpy(&b3, p + b * sizeof b3, sizeof b3);
                     qs = b3.qs;
@@ -377,7 +377,8 @@ void decode_row(const MatrixSource &src, const PackSpec &spec, int64_t row, RowS
                     s->f16_super[static_cast<size_t>(b)] = b3.d;
                     int scales[16];
                     ref::unpack_q3_k_scales(b3.scales, scales);
-                    for (int g = 0; g < 16; ++g) s->i8_group[static_cast<size_t>(b * 16 + g)] = static_cast<int8_t>(scales[g] - 32);
+                    for (int g = 0; g < 16; ++g)
+                        s->i8_group[static_cast<size_t>(b * 16 + g)] = static_cast<int8_t>(scales[g] - 32);
                 }
                 uint8_t *c = codes + b * ref::kQKK;
                 for (int half = 0; half < 2; ++half)

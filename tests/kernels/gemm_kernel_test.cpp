@@ -340,7 +340,8 @@ TEST_CASE("gemm kernels: every set unpacks a panel to the scalar set's codes and
         REQUIRE(mem::NumaBuffer::allocate(layout.bytes, nullptr, -1, &buf).is_ok());
         REQUIRE(moe::pack_slice(src, spec, 0, uc.k0, layout, 0, layout.panels, buf.as<uint8_t>()).is_ok());
         const cpu::PackedMatrix w{layout, buf.as<uint8_t>()};
-        const bool mins = uc.c.src_type == KT_TYPE_Q2_K || uc.c.src_type == KT_TYPE_Q4_K || uc.c.src_type == KT_TYPE_Q5_K;
+        const bool mins = uc.c.src_type == KT_TYPE_Q2_K || uc.c.src_type == KT_TYPE_Q4_K ||
+                          uc.c.src_type == KT_TYPE_Q5_K;
         const size_t tile_bytes = static_cast<size_t>((layout.k + 63) / 64 * 2 * cpu::kTileBytes);
         const size_t scale_count = static_cast<size_t>(layout.groups * 32);
 

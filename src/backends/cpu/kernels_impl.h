@@ -301,7 +301,8 @@ struct Kernels {
                                          : part == 2 ? S::template srl16<4>(x)
                                                      : S::template srl16<6>(x),
                                          S::set1_8(3));
-                if constexpr (T == PackedType::kQ3_K) return S::or_(field, S::template high_bit<0x04>(hb + part * 8, vi));
+                if constexpr (T == PackedType::kQ3_K)
+                    return S::or_(field, S::template high_bit<0x04>(hb + part * 8, vi));
                 return field;
             }
             if constexpr (kInPlace && kHighNibbleInPlace<T>)

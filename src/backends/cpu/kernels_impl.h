@@ -397,25 +397,21 @@ struct Kernels {
                 const VI half = S::template srl16<1>(e);  // e < 256: the 16-bit shift is the 32-bit one
                 const VI a = S::add32(half, S::set1_32(63)), b = S::add32(S::sub32(e, half), S::set1_32(63));
                 *scale = S::mul(S::castf(S::sll32_23(a)), S::castf(S::sll32_23(b)));
-            } else if constexpr (T == PackedType::kQ2_K) {  // scale and min in one byte, as GGUF stores them
+            } else if constexpr (Fmt<T>::kMins) {  // Q2_K, Q4_K, Q5_K
                 VF sc, m;
-                S::loadf_u4_pairs(gs, &sc, &m);
+                if constexpr (T == PackedType::kQ2_K) {
+                    S::loadf_u4_pairs(gs, &sc, &m);  // scale and min in one byte, as GGUF stores them
+                } else {
+                    sc = S::loadf_u8(gs);
+                    m = S::loadf_u8(gmin + col);
+                }
                 if constexpr (kPerSuperblock) {
-                    *scale = S::mul(d[col / kW], sc);
+                    const VF d_group = kHighNibbleInPlace<T> && high_in_place ? d_high[col / kW] : d[col / kW];
+                    *scale = S::mul(d_group, sc);
                     *min = S::mul(dmin[col / kW], m);
                 } else {
                     *scale = S::mul(S::loadf_f16(reinterpret_cast<const uint16_t *>(ss)), sc);
                     *min = S::mul(S::loadf_f16(reinterpret_cast<const uint16_t *>(smin + col * 2)), m);
-                }
-            } else if constexpr (Fmt<T>::kMins) {  // Q4_K, Q5_K
-                if constexpr (kPerSuperblock) {
-                    const VF d_group = kHighNibbleInPlace<T> && high_in_place ? d_high[col / kW] : d[col / kW];
-                    *scale = S::mul(d_group, S::loadf_u8(gs));
-                    *min = S::mul(dmin[col / kW], S::loadf_u8(gmin + col));
-                } else {
-                    *scale = S::mul(S::loadf_f16(reinterpret_cast<const uint16_t *>(ss)), S::loadf_u8(gs));
-                    *min = S::mul(S::loadf_f16(reinterpret_cast<const uint16_t *>(smin + col * 2)),
-                                  S::loadf_u8(gmin + col));
                 }
             }
         }

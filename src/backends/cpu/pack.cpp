@@ -30,11 +30,7 @@ void clear_panel(const PackedLayout &L, int64_t p, uint8_t *dst) {
         case PackedType::kBf16: break;
         case PackedType::kQ8_0:
         case PackedType::kQ4_0: clear(L.gscale, g, 2); break;
-        case PackedType::kQ2_K:
-            clear(L.gscale, g, 1);
-            clear(L.sscale, sb, 2);
-            clear(L.smin, sb, 2);
-            break;
+        case PackedType::kQ2_K:  // no gmin (its scale byte holds the min): clear skips it
         case PackedType::kQ4_K:
         case PackedType::kQ5_K:
             clear(L.gscale, g, 1);
@@ -138,18 +134,12 @@ void pack_row(const PackedLayout &L, int64_t p, int col, const RowFields &f, uin
         case PackedType::kQ4_0:
             for (int64_t g = 0; g < L.groups; ++g) at<uint16_t>(dst, L.gscale)[gi0 + g * kPanel] = f.f16_group[g];
             break;
-        case PackedType::kQ2_K:
-            for (int64_t g = 0; g < L.groups; ++g) at<uint8_t>(dst, L.gscale)[gi0 + g * kPanel] = f.u8_group[g];
-            for (int64_t b = 0; b < L.superblocks; ++b) {
-                at<uint16_t>(dst, L.sscale)[si0 + b * kPanel] = f.f16_super[b];
-                at<uint16_t>(dst, L.smin)[si0 + b * kPanel] = f.f16_super2[b];
-            }
-            break;
+        case PackedType::kQ2_K:  // no gmin: its u8_group byte holds scale and min
         case PackedType::kQ4_K:
         case PackedType::kQ5_K:
             for (int64_t g = 0; g < L.groups; ++g) {
                 at<uint8_t>(dst, L.gscale)[gi0 + g * kPanel] = f.u8_group[g];
-                at<uint8_t>(dst, L.gmin)[gi0 + g * kPanel] = f.u8_group2[g];
+                if (L.gmin) at<uint8_t>(dst, L.gmin)[gi0 + g * kPanel] = f.u8_group2[g];
             }
             for (int64_t b = 0; b < L.superblocks; ++b) {
                 at<uint16_t>(dst, L.sscale)[si0 + b * kPanel] = f.f16_super[b];

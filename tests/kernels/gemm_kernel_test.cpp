@@ -355,9 +355,27 @@ TEST_CASE("gemm kernels: every set unpacks a panel to the scalar set's codes and
             ks.unpack_panel_s8(w, p, u.tiles.data(), u.scale.data(), mins ? u.neg_min.data() : nullptr, p == 0);
             return u;
         };
+        // The GGUF formats' codes and scales as the reference dequantizer's weights (INT4's are quantized here, so
+        // only the sets' agreement is checked for it).
+        const bool as_source = uc.c.target == moe::TargetFormat::kAsSource;
+        const std::vector<float> ref_w =
+            as_source ? test::dequantize_rows(uc.c.src_type, bytes, uc.rows, uc.cols) : std::vector<float>();
         for (int64_t p = 0; p < layout.panels; ++p) {
             const Unpacked want = unpack(*sets.front(), p);  // the scalar set
-            CHECK(want.tiles != std::vector<int8_t>(tile_bytes, 99));
+            for (int64_t col = 0; as_source && col < 32 && p * 32 + col < uc.rows; ++col) {
+                int64_t bad = 0;
+                for (int64_t k = 0; k < layout.k; ++k) {
+                    // INT8 tile layout (packed.h): step k / 64, half col / 16, tile row (k % 64) / 4, word col % 16.
+                    const size_t at = static_cast<size_t>(((k / 64) * 2 + col / 16) * cpu::kTileBytes +
+                                                          (k % 64) / 4 * 64 + 4 * (col % 16) + k % 4);
+                    const size_t gi = static_cast<size_t>(k / layout.group * 32 + col);
+                    const double s = want.scale[gi] * static_cast<double>(want.tiles[at]), m = mins ? want.neg_min[gi] : 0;
+                    const double expect = ref_w[static_cast<size_t>((p * 32 + col) * uc.cols + uc.k0 + k)];
+                    bad += !(std::fabs(s + m - expect) <= 1e-6 * (std::fabs(s) + std::fabs(m)) + 1e-30);
+                }
+                INFO("type " << ops::type_traits(uc.c.src_type)->name << " panel " << p << " column " << col);
+                CHECK(bad == 0);
+            }
             for (const cpu::KernelSet *ks : sets) {
                 INFO("type " << ops::type_traits(uc.c.src_type)->name << " K " << uc.cols << " from " << uc.k0
                              << " panel " << p << " kernel set " << ks->name);

@@ -72,7 +72,8 @@ struct Options {
                  "usage: kt-expert-bench [options]\n"
                  "  --preset qwen3|deepseek   qwen3: 128 experts, top-8, H 2048, I 768; deepseek: 256, top-8, H 7168, I 2048\n"
                  "  --experts E --top-k K --hidden H --inter I\n"
-                 "  --format LIST             int8,int4,bf16,q4_k,q8_0,q4_0,q5_k,q6_k,iq4_xs,q2_k,q3_k (default int8)\n"
+                 "  --format LIST             int8,int4,bf16,q4_k,q8_0,q4_0,q5_k,q6_k,iq4_xs,q2_k,q3_k,\n"
+                 "                            q5_0,q5_1,q4_1,iq4_nl (default int8)\n"
                  "  --int4-group G            32, 64 or 128 (default 128)\n"
                  "  --spin-us S               how long idle workers spin before sleeping (default: kt's)\n"
                  "  --tokens LIST             tokens per call (default 1,4,512)\n"
@@ -208,7 +209,9 @@ const Format kFormats[] = {
     {"q8_0", KT_TYPE_Q8_0, KT_EXPERT_WEIGHTS_AS_SOURCE}, {"q4_0", KT_TYPE_Q4_0, KT_EXPERT_WEIGHTS_AS_SOURCE},
     {"q5_k", KT_TYPE_Q5_K, KT_EXPERT_WEIGHTS_AS_SOURCE}, {"q6_k", KT_TYPE_Q6_K, KT_EXPERT_WEIGHTS_AS_SOURCE},
     {"iq4_xs", KT_TYPE_IQ4_XS, KT_EXPERT_WEIGHTS_AS_SOURCE}, {"q2_k", KT_TYPE_Q2_K, KT_EXPERT_WEIGHTS_AS_SOURCE},
-    {"q3_k", KT_TYPE_Q3_K, KT_EXPERT_WEIGHTS_AS_SOURCE},
+    {"q3_k", KT_TYPE_Q3_K, KT_EXPERT_WEIGHTS_AS_SOURCE}, {"q5_0", KT_TYPE_Q5_0, KT_EXPERT_WEIGHTS_AS_SOURCE},
+    {"q5_1", KT_TYPE_Q5_1, KT_EXPERT_WEIGHTS_AS_SOURCE}, {"q4_1", KT_TYPE_Q4_1, KT_EXPERT_WEIGHTS_AS_SOURCE},
+    {"iq4_nl", KT_TYPE_IQ4_NL, KT_EXPERT_WEIGHTS_AS_SOURCE},
 };
 
 const Format *find_format(const std::string &name) {
@@ -243,19 +246,21 @@ void fill_random(int32_t type, uint8_t *p, size_t bytes, Rng &rng) {
         return;
     }
     const kt::ops::TypeTraits *t = kt::ops::type_traits(type);
-    const uint16_t d = kt::f32_to_fp16(0.0005f), dmin = kt::f32_to_fp16(0.002f);
+    const uint16_t d = kt::f32_to_fp16(0.0005f), dmin = kt::f32_to_fp16(0.002f), neg_dmin = kt::f32_to_fp16(-0.002f);
     for (size_t off = 0; off + static_cast<size_t>(t->block_bytes) <= bytes; off += static_cast<size_t>(t->block_bytes)) {
         uint8_t *b = p + off;
         switch (type) {
-            case KT_TYPE_Q4_K: std::memcpy(b, &d, 2); std::memcpy(b + 2, &dmin, 2); break;
+            case KT_TYPE_Q4_K:
             case KT_TYPE_Q5_K: std::memcpy(b, &d, 2); std::memcpy(b + 2, &dmin, 2); break;
+            case KT_TYPE_Q4_1:
+            case KT_TYPE_Q5_1: std::memcpy(b, &d, 2); std::memcpy(b + 2, &neg_dmin, 2); break;  // d, m
             case KT_TYPE_Q6_K: std::memcpy(b + offsetof(kt::ref::BlockQ6_K, d), &d, 2); break;
             case KT_TYPE_Q3_K: std::memcpy(b + offsetof(kt::ref::BlockQ3_K, d), &d, 2); break;
             case KT_TYPE_Q2_K:
                 std::memcpy(b + offsetof(kt::ref::BlockQ2_K, d), &d, 2);
                 std::memcpy(b + offsetof(kt::ref::BlockQ2_K, dmin), &dmin, 2);
                 break;
-            default: std::memcpy(b, &d, 2); break;  // Q4_0, Q8_0, IQ4_XS: d first
+            default: std::memcpy(b, &d, 2); break;  // Q4_0, Q5_0, Q8_0, IQ4_NL, IQ4_XS: d first
         }
     }
 }

@@ -49,6 +49,9 @@ const Fmt kFmts[] = {
     {"Q4_0", KT_TYPE_Q4_0, moe::TargetFormat::kAsSource, 0}, {"Q5_K", KT_TYPE_Q5_K, moe::TargetFormat::kAsSource, 0},
     {"IQ4_XS", KT_TYPE_IQ4_XS, moe::TargetFormat::kAsSource, 0},
     {"Q2_K", KT_TYPE_Q2_K, moe::TargetFormat::kAsSource, 0},  {"Q3_K", KT_TYPE_Q3_K, moe::TargetFormat::kAsSource, 0},
+    {"Q5_0", KT_TYPE_Q5_0, moe::TargetFormat::kAsSource, 0},  {"Q5_1", KT_TYPE_Q5_1, moe::TargetFormat::kAsSource, 0},
+    {"Q4_1", KT_TYPE_Q4_1, moe::TargetFormat::kAsSource, 0},
+    {"IQ4_NL", KT_TYPE_IQ4_NL, moe::TargetFormat::kAsSource, 0},
 };
 
 // The fastest repetition: what the code does when nothing else runs.

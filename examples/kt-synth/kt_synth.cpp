@@ -18,7 +18,7 @@
 // matrix in that type), q4_k_m (llama-quantize's Q4_K_M mix as far as kt-synth reproduces it: see choose_type) or
 // mxfp4_moe (llama-quantize's MXFP4_MOE: experts MXFP4, every other matrix Q8_0; gpt-oss's default). Norms,
 // biases, attention sinks and the router stay F32, as llama-quantize keeps them. A row length the type cannot hold
-// falls back as llama-quantize does (K-quants to Q5_0 / Q5_1 / Q8_0, then F16).
+// falls back as llama-quantize does (Q4_K, Q5_K, Q6_K to Q5_0, Q5_1, Q8_0; Q2_K, Q3_K, IQ4_XS to IQ4_NL; then F16).
 // Presets of families with optional tensors write what the released models have: GLM's attention biases (and
 // q/k norms for GLM-4.5/4.6), gpt-oss's biases and sinks. GLM's NextN block is counted in block_count and
 // nextn_predict_layers as in the released files, but its tensors (which kt skips) are not written.
@@ -153,7 +153,8 @@ bool has(const std::string &s, const char *part) { return s.find(part) != std::s
 int32_t fit(int32_t type, int64_t k) {
     if (k % kt_type_block_size(type) == 0) return type;
     switch (type) {
-        case KT_TYPE_Q2_K: case KT_TYPE_Q3_K: case KT_TYPE_Q4_K: case KT_TYPE_IQ4_XS: type = KT_TYPE_Q5_0; break;
+        case KT_TYPE_Q2_K: case KT_TYPE_Q3_K: case KT_TYPE_IQ4_XS: type = KT_TYPE_IQ4_NL; break;
+        case KT_TYPE_Q4_K: type = KT_TYPE_Q5_0; break;
         case KT_TYPE_Q5_K: type = KT_TYPE_Q5_1; break;
         case KT_TYPE_Q6_K: type = KT_TYPE_Q8_0; break;
         default: type = KT_TYPE_F16; break;

@@ -85,6 +85,10 @@ Status make_source(int32_t type, const void *data, int64_t rows, int64_t cols, M
 bool native_packed_type(int32_t gguf_type, PackedType *out) {
     switch (gguf_type) {
         case KT_TYPE_Q4_0: *out = PackedType::kQ4_0; return true;
+        case KT_TYPE_Q4_1: *out = PackedType::kQ4_1; return true;
+        case KT_TYPE_Q5_0: *out = PackedType::kQ5_0; return true;
+        case KT_TYPE_Q5_1: *out = PackedType::kQ5_1; return true;
+        case KT_TYPE_IQ4_NL: *out = PackedType::kIq4Nl; return true;
         case KT_TYPE_Q8_0: *out = PackedType::kQ8_0; return true;
         case KT_TYPE_Q4_K: *out = PackedType::kQ4_K; return true;
         case KT_TYPE_Q5_K: *out = PackedType::kQ5_K; return true;
@@ -140,7 +144,7 @@ int64_t slice_k_granularity(const MatrixSource &src, const PackSpec &spec) {
     if (spec.type == PackedType::kQ8_0) return 32;
     if (converts(src, spec)) return 1;                 // the row is decoded whole, then quantized per element
     if (superblock_type(spec.type)) return 128;        // a super-block may be cut in halves (superblock_k_offset)
-    return ops::type_traits(src.type)->block_size;     // Q4_0, Q8_0: 32; BF16: 1
+    return ops::type_traits(src.type)->block_size;     // the 32-wide formats: 32; BF16: 1
 }
 
 Status slice_layout(const MatrixSource &src, const PackSpec &spec, int64_t r0, int64_t r1, int64_t k0, int64_t k1,
@@ -167,7 +171,7 @@ struct RowScratch {
     std::vector<uint8_t> codes;
     std::vector<uint16_t> bf16;
     std::vector<float> f32_scale;
-    std::vector<uint16_t> f16_group, f16_super, f16_super2;
+    std::vector<uint16_t> f16_group, f16_group2, f16_super, f16_super2;
     std::vector<uint8_t> u8_group, u8_group2;
     std::vector<int8_t> i8_group;
 };
@@ -231,30 +235,49 @@ void decode_row(const MatrixSource &src, const PackSpec &spec, int64_t row, RowS
     // Kept as stored: GGUF blocks to codes and scale fields.
     switch (spec.type) {
         case PackedType::kBf16: f->bf16 = reinterpret_cast<const uint16_t *>(p); return;  // may be unaligned: see below
-        case PackedType::kQ4_0:
         case PackedType::kQ8_0: {
             const int64_t nb = n / ref::kQK;
             s->codes.resize(static_cast<size_t>(n));
             s->f16_group.resize(static_cast<size_t>(nb));
             for (int64_t b = 0; b < nb; ++b) {
+                ref::BlockQ8_0 blk;
+                std::memcpy(&blk, p + b * sizeof blk, sizeof blk);
+                s->f16_group[static_cast<size_t>(b)] = blk.d;
+                std::memcpy(s->codes.data() + b * ref::kQK, blk.qs, ref::kQK);
+            }
+            f->codes = s->codes.data();
+            f->f16_group = s->f16_group.data();
+            return;
+        }
+        case PackedType::kQ4_0:
+        case PackedType::kQ4_1:
+        case PackedType::kQ5_0:
+        case PackedType::kQ5_1:
+        case PackedType::kIq4Nl: {
+            // The 32-wide nibble formats (ops/ref/blocks.h): f16 d; f16 m (Q4_1, Q5_1); the fifth bits of the 32
+            // codes as a little-endian word (Q5_0, Q5_1); 16 bytes whose low nibbles are codes 0..15 and high
+            // nibbles codes 16..31.
+            const cpu::PackedTypeInfo &info = cpu::packed_type_info(spec.type);
+            const bool has_m = info.has_mins, has_qh = info.hbits_per_tile > 0;
+            const int64_t nb = n / ref::kQK, block_bytes = ops::type_traits(src.type)->block_bytes;
+            s->codes.resize(static_cast<size_t>(n));
+            s->f16_group.resize(static_cast<size_t>(nb));
+            if (has_m) s->f16_group2.resize(static_cast<size_t>(nb));
+            for (int64_t b = 0; b < nb; ++b) {
+                const uint8_t *blk = p + b * block_bytes, *qs = blk + block_bytes - ref::kQK / 2;
+                std::memcpy(&s->f16_group[static_cast<size_t>(b)], blk, 2);
+                if (has_m) std::memcpy(&s->f16_group2[static_cast<size_t>(b)], blk + 2, 2);
+                uint32_t qh = 0;
+                if (has_qh) std::memcpy(&qh, blk + (has_m ? 4 : 2), 4);
                 uint8_t *c = s->codes.data() + b * ref::kQK;
-                if (spec.type == PackedType::kQ4_0) {
-                    ref::BlockQ4_0 blk;
-                    std::memcpy(&blk, p + b * sizeof blk, sizeof blk);
-                    s->f16_group[static_cast<size_t>(b)] = blk.d;
-                    for (int j = 0; j < ref::kQK / 2; ++j) {
-                        c[j] = blk.qs[j] & 0x0F;
-                        c[j + ref::kQK / 2] = blk.qs[j] >> 4;
-                    }
-                } else {
-                    ref::BlockQ8_0 blk;
-                    std::memcpy(&blk, p + b * sizeof blk, sizeof blk);
-                    s->f16_group[static_cast<size_t>(b)] = blk.d;
-                    std::memcpy(c, blk.qs, ref::kQK);
+                for (int j = 0; j < ref::kQK / 2; ++j) {
+                    c[j] = static_cast<uint8_t>((qs[j] & 0x0F) | ((qh >> j) & 1) << 4);
+                    c[j + ref::kQK / 2] = static_cast<uint8_t>((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
                 }
             }
             f->codes = s->codes.data();
             f->f16_group = s->f16_group.data();
+            if (has_m) f->f16_group2 = s->f16_group2.data();
             return;
         }
         case PackedType::kMxfp4: {
@@ -446,6 +469,7 @@ Status pack_slice(const MatrixSource &src, const PackSpec &spec, int64_t r0, int
         }
         if (spec.type == PackedType::kInt4) f.f32_scale += k0 / group;
         if (f.f16_group) f.f16_group += k0 / group;
+        if (f.f16_group2) f.f16_group2 += k0 / group;
         if (f.u8_group) f.u8_group += k0 / group;
         if (f.u8_group2) f.u8_group2 += k0 / group;
         if (f.i8_group) f.i8_group += k0 / group;

@@ -1,10 +1,10 @@
 // The expert engine behind ops::KernelFactory: what a model runs on unless the caller asks for the reference.
 //
 //   Linear     a moe::PackedLinear: the matrix packed once at load into the engine's layout (kept in its GGUF format
-//              where a kernel reads it directly, Q8_0 Q4_0 Q4_K Q5_K Q6_K IQ4_XS MXFP4 BF16; F32/F16 as BF16; other
-//              formats as Q8_0), each call quantizing the activations once (int8 per token, or bf16) and running
-//              the GEMM kernels over 32-column panels on the context's threads. Dense projections and the output
-//              head run on the same kernels as the experts.
+//              where a kernel reads it, as moe/weights.h lists; F32/F16 as BF16; other formats as Q8_0), each call
+//              quantizing the activations once (int8 per token, or bf16) and running the GEMM kernels over 32-column
+//              panels on the context's threads. Dense projections and the output head run on the same kernels as
+//              the experts.
 //   ExpertFfn  a moe::ExpertPool per layer (a dense FFN is a one-expert pool); the pools of a model share one
 //              executor (pinned threads, job queue, scratch). Routed experts count their activations. With a
 //              device and a placement plan, a MoE layer's planned experts run on the device (runtime/hybrid_ffn.h).

@@ -260,9 +260,14 @@ TEST_CASE("gemm kernels: BF16 kept and converted") {
     check_case({KT_TYPE_F32, moe::TargetFormat::kBf16, 0, {1, 33}}, 32);
 }
 
-TEST_CASE("gemm kernels: Q8_0 and Q4_0 as stored") {
+TEST_CASE("gemm kernels: the 32-wide formats (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) as stored") {
+    // K = 32 and 96 leave most of a 128-K nibble tile as padding.
     check_case({KT_TYPE_Q8_0, moe::TargetFormat::kAsSource, 0, {32, 96, 160}}, 41);
     check_case({KT_TYPE_Q4_0, moe::TargetFormat::kAsSource, 0, {32, 96, 256}}, 42);
+    check_case({KT_TYPE_Q4_1, moe::TargetFormat::kAsSource, 0, {32, 160}}, 43);
+    check_case({KT_TYPE_Q5_0, moe::TargetFormat::kAsSource, 0, {96, 256}}, 44);
+    check_case({KT_TYPE_Q5_1, moe::TargetFormat::kAsSource, 0, {32, 160}}, 45);
+    check_case({KT_TYPE_IQ4_NL, moe::TargetFormat::kAsSource, 0, {96, 256}}, 46);
 }
 
 TEST_CASE("gemm kernels: K-quants (Q2_K to Q6_K) and IQ4_XS as stored") {
@@ -283,6 +288,8 @@ TEST_CASE("gemm kernels: a row gives the same bits alone and among other rows") 
                           {KT_TYPE_Q6_K, moe::TargetFormat::kAsSource, 0, {768}},
                           {KT_TYPE_Q2_K, moe::TargetFormat::kAsSource, 0, {512}},
                           {KT_TYPE_Q3_K, moe::TargetFormat::kAsSource, 0, {512}},
+                          {KT_TYPE_Q4_1, moe::TargetFormat::kAsSource, 0, {160, 4160}},
+                          {KT_TYPE_Q5_0, moe::TargetFormat::kAsSource, 0, {96}},
                           {KT_TYPE_Q8_0, moe::TargetFormat::kAsSource, 0, {96}}};
     const int64_t rows = 40, m = 13;
     for (const Case &c : cases) {
@@ -324,6 +331,10 @@ TEST_CASE("gemm kernels: every set unpacks a panel to the scalar set's codes and
         {{KT_TYPE_IQ4_XS, moe::TargetFormat::kAsSource, 0, {}}, 40, 512, 0},
         {{KT_TYPE_Q2_K, moe::TargetFormat::kAsSource, 0, {}}, 40, 512, 128},
         {{KT_TYPE_Q3_K, moe::TargetFormat::kAsSource, 0, {}}, 40, 768, 0},
+        {{KT_TYPE_Q5_0, moe::TargetFormat::kAsSource, 0, {}}, 37, 224, 32},
+        {{KT_TYPE_Q5_1, moe::TargetFormat::kAsSource, 0, {}}, 40, 160, 0},
+        {{KT_TYPE_Q4_1, moe::TargetFormat::kAsSource, 0, {}}, 40, 192, 64},
+        {{KT_TYPE_IQ4_NL, moe::TargetFormat::kAsSource, 0, {}}, 33, 160, 0},
         {{KT_TYPE_F32, moe::TargetFormat::kInt4, 32, {}}, 35, 96, 0},
         {{KT_TYPE_F32, moe::TargetFormat::kInt4, 128, {}}, 35, 384, 0},
     };
@@ -340,8 +351,7 @@ TEST_CASE("gemm kernels: every set unpacks a panel to the scalar set's codes and
         REQUIRE(mem::NumaBuffer::allocate(layout.bytes, nullptr, -1, &buf).is_ok());
         REQUIRE(moe::pack_slice(src, spec, 0, uc.k0, layout, 0, layout.panels, buf.as<uint8_t>()).is_ok());
         const cpu::PackedMatrix w{layout, buf.as<uint8_t>()};
-        const bool mins = uc.c.src_type == KT_TYPE_Q2_K || uc.c.src_type == KT_TYPE_Q4_K ||
-                          uc.c.src_type == KT_TYPE_Q5_K;
+        const bool mins = cpu::packed_type_info(layout.type).has_mins;
         const size_t tile_bytes = static_cast<size_t>((layout.k + 63) / 64 * 2 * cpu::kTileBytes);
         const size_t scale_count = static_cast<size_t>(layout.groups * 32);
 
@@ -422,6 +432,10 @@ TEST_CASE("gemm kernels: the AMX set on the tile machine", "[amx]") {
     check_case({KT_TYPE_IQ4_XS, moe::TargetFormat::kAsSource, 0, {256}}, 80);
     check_case({KT_TYPE_Q2_K, moe::TargetFormat::kAsSource, 0, {256}}, 81);
     check_case({KT_TYPE_Q3_K, moe::TargetFormat::kAsSource, 0, {512}}, 82);
+    check_case({KT_TYPE_Q5_0, moe::TargetFormat::kAsSource, 0, {160}}, 83);
+    check_case({KT_TYPE_IQ4_NL, moe::TargetFormat::kAsSource, 0, {96}}, 84);
+    check_case({KT_TYPE_Q4_1, moe::TargetFormat::kAsSource, 0, {128}}, 85);
+    check_case({KT_TYPE_Q5_1, moe::TargetFormat::kAsSource, 0, {96}}, 86);
     CHECK(test::thread_tile_machine().instructions > executed_before);  // the AMX calls ran on the tile machine
 }
 

@@ -79,7 +79,11 @@ const FormatCase kFormats[] = {
     {"MXFP4 as stored (tails)", KT_TYPE_MXFP4, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 96, 160, 0.05},
     {"Q2_K as stored", KT_TYPE_Q2_K, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 256, 256, 0.05},
     {"Q3_K as stored", KT_TYPE_Q3_K, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 256, 256, 0.05},
-    {"Q5_0 as stored (becomes Q8_0)", KT_TYPE_Q5_0, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 64, 96, 0.05},
+    {"Q5_0 as stored", KT_TYPE_Q5_0, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 64, 96, 0.05},
+    {"Q5_1 as stored", KT_TYPE_Q5_1, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 96, 64, 0.05},
+    {"Q4_1 as stored", KT_TYPE_Q4_1, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 64, 96, 0.05},
+    {"IQ4_NL as stored", KT_TYPE_IQ4_NL, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 96, 64, 0.05},
+    {"Q8_K as stored (becomes Q8_0)", KT_TYPE_Q8_K, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 256, 256, 0.05},
     {"Q4_K converted to INT8", KT_TYPE_Q4_K, KT_EXPERT_WEIGHTS_INT8, 0, 256, 256, 0.05},
 };
 

@@ -101,7 +101,7 @@ struct KernelSet {
     void (*axpy_row)(float w, const float *x, int64_t n, float *y);
     // dst[i] = (accumulate ? dst[i] : 0) + (((src[0][i] + src[1][i]) + ...)); dst is fp32, or bf16 when dst_bf16.
     void (*merge_row)(const float *const *src, int n_src, int64_t n, void *dst, bool dst_bf16, bool accumulate);
-    // Panel p of a group-wise integer matrix (INT4, Q8_0, Q4_0, Q2_K-Q6_K, IQ4_XS) as the AMX set reads
+    // Panel p of a group-wise integer matrix (INT4 and the GGUF formats but MXFP4) as the AMX set reads
     // it (amx::GroupedPanel): the signed codes in the INT8 tile layout (ceil(K / 64) steps of 2 KiB; skipped
     // when tiles is nullptr), and per group g and column the scale S_g and, for formats with mins, -M_g, fp32
     // [groups][32], exactly as gemm_int uses them. prefetch_next: prefetch panel + 1 meanwhile (the caller's next).
@@ -135,7 +135,7 @@ const KernelSet &best_kernel_set(IsaLevel level);
 // The level the kernels should use now: kAmx when amx::available(), else active_isa_level().
 IsaLevel kernel_level();
 
-// The AMX set: INT8 and INT4 weights (AMX int8 tiles), the GGUF formats Q8_0, Q4_0, Q2_K-Q6_K, IQ4_XS
+// The AMX set: INT8 and INT4 weights (AMX int8 tiles), the GGUF formats but MXFP4
 // (int8 tiles, one TMUL per scale group: amx::gemm_s8_grouped_f32 over unpack_panel_s8) and BF16 weights (bf16
 // tiles) through the JIT kernels of backends/cpu/amx when a call has at least amx_min_rows() rows; other formats,
 // and smaller calls (where AVX-512 is faster), through the best AVX-512 set. Integer results are the same bits as

@@ -1,6 +1,6 @@
 // The AMX kernel set: the expert engine's GEMM entry points routed to the JIT AMX kernels (backends/cpu/amx) for
 // the weight types they cover, over the same packed buffers (the INT8 / INT4 / BF16 layouts of packed.h are the
-// AMX contract's, byte for byte). The group-wise GGUF formats (Q8_0, Q4_0, Q2_K-Q6_K, IQ4_XS) go through
+// AMX contract's, byte for byte). The group-wise GGUF formats (all that kt keeps as stored but MXFP4) go through
 // amx::gemm_s8_grouped_f32: per call, the activation rows are gathered once into the kernels' padded layout;
 // per 32-column panel, the base set's unpack_panel_s8 writes the signed codes and fp32 group scales into a
 // per-thread scratch (L1/L2 resident, reused by every 32-row block of the call), which the kernel then reads.
@@ -93,7 +93,11 @@ int32_t grouped_group(const PackedLayout &l) {
         case PackedType::kQ6_K:
         case PackedType::kIq4Xs:
         case PackedType::kQ2_K:
-        case PackedType::kQ3_K: return l.group;
+        case PackedType::kQ3_K:
+        case PackedType::kQ5_0:
+        case PackedType::kIq4Nl:
+        case PackedType::kQ4_1:
+        case PackedType::kQ5_1: return l.group;
         default: return 0;
     }
 }

@@ -88,15 +88,46 @@ struct Fmt<PackedType::kQ3_K> {
     static constexpr bool kNibble = true, kMins = false;
     static constexpr int kUMax = 7;
 };
+template <>
+struct Fmt<PackedType::kQ5_0> {
+    static constexpr bool kNibble = true, kMins = false;
+    static constexpr int kUMax = 31;
+};
+template <>
+struct Fmt<PackedType::kIq4Nl> {
+    static constexpr bool kNibble = true, kMins = false;
+    static constexpr int kUMax = 241;
+};
+template <>
+struct Fmt<PackedType::kQ4_1> {
+    static constexpr bool kNibble = true, kMins = true;
+    static constexpr int kUMax = 15;
+};
+template <>
+struct Fmt<PackedType::kQ5_1> {
+    static constexpr bool kNibble = true, kMins = true;
+    static constexpr int kUMax = 31;
+};
+
+// The formats whose codes are IQ4 code book indices (IQ4_XS, IQ4_NL).
+template <PackedType T>
+inline constexpr bool kIq4Codes = T == PackedType::kIq4Xs || T == PackedType::kIq4Nl;
+// The formats with a fifth bit beside the nibble (packed.h: hbits, one bit a code).
+template <PackedType T>
+inline constexpr bool kFifthBit = T == PackedType::kQ5_K || T == PackedType::kQ5_0 || T == PackedType::kQ5_1;
+// The 32-wide GGUF formats: an f16 scale per group of 32 (gscale), and the formats with mins an f16 -m (gmin).
+template <PackedType T>
+inline constexpr bool kF16Groups = T == PackedType::kQ8_0 || T == PackedType::kQ4_0 || T == PackedType::kQ5_0 ||
+                                   T == PackedType::kIq4Nl || T == PackedType::kQ4_1 || T == PackedType::kQ5_1;
 
 // Codes per byte of a tile (packed.h): 4 in crumb tiles, 2 in nibble tiles, 1 in int8 tiles.
 template <PackedType T>
 inline constexpr int kParts = T == PackedType::kQ2_K || T == PackedType::kQ3_K ? 4 : Fmt<T>::kNibble ? 2 : 1;
 
-// Bytes of high bits per 1 KiB tile (packed.h): Q5_K one bit per weight, Q6_K two, Q3_K one (of 4096 weights); and
-// per tile row.
+// Bytes of high bits per 1 KiB tile (packed.h): the fifth-bit formats one bit per weight, Q6_K two, Q3_K one (of
+// 4096 weights); and per tile row.
 template <PackedType T>
-inline constexpr int64_t kHbitsPerTile = T == PackedType::kQ5_K                             ? 256
+inline constexpr int64_t kHbitsPerTile = kFifthBit<T>                                       ? 256
                                          : T == PackedType::kQ6_K || T == PackedType::kQ3_K ? 512
                                                                                             : 0;
 template <PackedType T>
@@ -240,7 +271,7 @@ struct Kernels {
         };
         add(L.hbits, L.tiles_per_half * 2 * kHbitsPerTile<T>);
         if constexpr (kGscaleBytes<T> > 0) add(L.gscale, L.groups * kPanel * kGscaleBytes<T>);
-        add(L.gmin, L.groups * kPanel);
+        add(L.gmin, L.groups * kPanel * kGminBytes<T>);
         add(L.sscale, L.superblocks * kPanel * 2);
         add(L.smin, L.superblocks * kPanel * 2);
     }
@@ -290,7 +321,7 @@ struct Kernels {
             return S::xor_(S::loadu(row), S::set1_8(static_cast<int8_t>(0x80)));
         } else {
             const VI x = S::loadu(row);
-            if constexpr ((T == PackedType::kIq4Xs || T == PackedType::kMxfp4) && S::kLut16LowBitsOnly)
+            if constexpr ((kIq4Codes<T> || T == PackedType::kMxfp4) && S::kLut16LowBitsOnly)
                 return S::lut16(table, part ? S::template srl16<4>(x) : x);  // the table lookup drops the other bits
             if constexpr (T == PackedType::kQ4_0 && S::kAffineNibbles) {
                 if (part) return S::high_nibbles_xor8(x);
@@ -309,19 +340,21 @@ struct Kernels {
                 return S::and_(x, S::set1_8(static_cast<int8_t>(part ? 0xF0 : 0x0F)));
             const VI nib = S::and_(part ? S::template srl16<4>(x) : x, S::set1_8(0x0F));
             if constexpr (T == PackedType::kInt4 || T == PackedType::kQ4_0) return S::xor_(nib, S::set1_8(8));
-            if constexpr (T == PackedType::kQ4_K) return nib;
-            if constexpr (T == PackedType::kQ5_K) return S::or_(nib, S::template high_bit<0x10>(hb + part * 8, vi));
+            if constexpr (T == PackedType::kQ4_K || T == PackedType::kQ4_1) return nib;
+            if constexpr (kFifthBit<T>) return S::or_(nib, S::template high_bit<0x10>(hb + part * 8, vi));
             if constexpr (T == PackedType::kQ6_K) return S::or_(nib, S::high_bits6(hb + part * 16, vi));
-            if constexpr (T == PackedType::kIq4Xs || T == PackedType::kMxfp4) return S::lut16(table, nib);
+            if constexpr (kIq4Codes<T> || T == PackedType::kMxfp4) return S::lut16(table, nib);
         }
     }
 
-    // Bytes of one column's group scale in L.gscale.
+    // Bytes of one column's group scale in L.gscale, and of its min in L.gmin.
     template <PackedType T>
-    static constexpr int64_t kGscaleBytes = T == PackedType::kInt4                                  ? 4
-                                            : T == PackedType::kQ8_0 || T == PackedType::kQ4_0 ? 2
-                                            : T == PackedType::kInt8                             ? 0
-                                                                                                 : 1;
+    static constexpr int64_t kGscaleBytes = T == PackedType::kInt4   ? 4
+                                            : kF16Groups<T>          ? 2
+                                            : T == PackedType::kInt8 ? 0
+                                                                     : 1;
+    template <PackedType T>
+    static constexpr int64_t kGminBytes = kF16Groups<T> ? 2 : 1;
 
     // The scale arrays of panel p, walked one scale group at a time.
     // The GEMM's flush reads each group's scale (and min) through these moving pointers: indexing the arrays afresh
@@ -339,7 +372,7 @@ struct Kernels {
         // 469, 32 and more within 1 %. Q6_K and IQ4_XS (one d per super-block, no min) lost 2-8 % at one row with the
         // same change, and AVX2 (four vectors a panel, in memory, of which a block reads two) lost 7 % on Q4_K at one
         // row, so they keep converting in load.
-        static constexpr bool kPerSuperblock = Fmt<T>::kMins && kPanel == kCols;
+        static constexpr bool kPerSuperblock = Fmt<T>::kMins && !kF16Groups<T> && kPanel == kCols;
         static constexpr int kVecs = kPerSuperblock ? kNV : 1;
         VF d[kVecs] = {}, dmin[kVecs] = {};
         // Q4_K's high nibbles in place (kHighNibbleInPlace, VNNI only, so always per super-block): d / 16 for their
@@ -352,7 +385,7 @@ struct Kernels {
             const PackedLayout &L = w.layout;
             const int64_t gi = p * L.groups * kPanel, si = p * L.superblocks * kPanel;
             gscale = w.data + L.gscale + gi * kGscaleBytes<T>;
-            gmin = w.data + L.gmin + gi;
+            gmin = w.data + L.gmin + gi * kGminBytes<T>;
             sscale = w.data + L.sscale + si * 2;
             smin = w.data + L.smin + si * 2;
             groups_per_superblock = L.superblocks > 0 ? 256 / L.group : 0;
@@ -371,7 +404,7 @@ struct Kernels {
         }
         void next() {
             gscale += kPanel * kGscaleBytes<T>;
-            gmin += kPanel;
+            gmin += kPanel * kGminBytes<T>;
             if (--groups_left == 0) {
                 sscale += kPanel * 2;
                 smin += kPanel * 2;
@@ -385,8 +418,9 @@ struct Kernels {
             const uint8_t *gs = gscale + col * kGscaleBytes<T>, *ss = sscale + col * 2;
             if constexpr (T == PackedType::kInt4) {
                 *scale = S::mul(S::loadf(reinterpret_cast<const float *>(gs)), S::fset1(16.0f));
-            } else if constexpr (T == PackedType::kQ8_0 || T == PackedType::kQ4_0) {
+            } else if constexpr (kF16Groups<T>) {
                 *scale = S::loadf_f16(reinterpret_cast<const uint16_t *>(gs));
+                if constexpr (Fmt<T>::kMins) *min = S::loadf_f16(reinterpret_cast<const uint16_t *>(gmin + col * 2));
             } else if constexpr (T == PackedType::kIq4Xs || T == PackedType::kQ6_K || T == PackedType::kQ3_K) {
                 *scale = S::mul(S::loadf_f16(reinterpret_cast<const uint16_t *>(ss)),
                                 S::loadf_i8(reinterpret_cast<const int8_t *>(gs)));
@@ -465,7 +499,7 @@ struct Kernels {
         // in cache (bench_gemm BM_gemm_cached/<type>/avx512-vnni-bf16/1, best of 3 rounds): Q6_K 63 -> 74 GOP/s,
         // Q4_K 108 -> 123, Q4_0 136 -> 152, IQ4_XS 123 -> 134, Q8_0 150 -> 152; but Q5_K 82 -> 74, so Q5_K, whose
         // high bits go through a mask register per step, keeps its split.
-        constexpr bool kShortGroups = kKpg != 0 && kKpg <= 8 && T != PackedType::kQ5_K;
+        constexpr bool kShortGroups = kKpg != 0 && kKpg <= 8 && !kFifthBit<T>;
         // Broadcast activations folded into vpdpbusd's memory operand (simd_avx512.h, dot4_bcst) for INT8, and for
         // the grouped formats in blocks of more than 4 rows: there the register broadcasts compete with the dots for
         // issue slots, in short blocks the folded form loses. Zen 5, in cache (bench_gemm BM_gemm_cached, best of 2
@@ -485,7 +519,7 @@ struct Kernels {
         const PackedLayout &L = w.layout;
         const VecPos vp[kNV] = {vec_pos(c0, 0), vec_pos(c0, 1)};
         VI table = S::zero();
-        if constexpr (T == PackedType::kIq4Xs) {
+        if constexpr (kIq4Codes<T>) {
             alignas(64) uint8_t t[64];
             for (int i = 0; i < 64; ++i) t[i] = kSigned<T> ? static_cast<uint8_t>(kIq4Signed[i % 16]) : kIq4Unsigned[i % 16];
             table = S::loadu(t);
@@ -754,6 +788,10 @@ struct Kernels {
             case PackedType::kMxfp4: return int_gemm_typed<PackedType::kMxfp4, 8>(w, a, m, n_begin, n_end, c, ldc);
             case PackedType::kQ2_K: return int_gemm_typed<PackedType::kQ2_K, 4>(w, a, m, n_begin, n_end, c, ldc);
             case PackedType::kQ3_K: return int_gemm_typed<PackedType::kQ3_K, 4>(w, a, m, n_begin, n_end, c, ldc);
+            case PackedType::kQ5_0: return int_gemm_typed<PackedType::kQ5_0, 8>(w, a, m, n_begin, n_end, c, ldc);
+            case PackedType::kIq4Nl: return int_gemm_typed<PackedType::kIq4Nl, 8>(w, a, m, n_begin, n_end, c, ldc);
+            case PackedType::kQ4_1: return int_gemm_typed<PackedType::kQ4_1, 8>(w, a, m, n_begin, n_end, c, ldc);
+            case PackedType::kQ5_1: return int_gemm_typed<PackedType::kQ5_1, 8>(w, a, m, n_begin, n_end, c, ldc);
             case PackedType::kBf16: break;
         }
     }
@@ -792,7 +830,7 @@ struct Kernels {
             for (int64_t t = 0; t < steps; ++t) prefetch_share(t);
         if (tiles) {
             VI table = S::zero();
-            if constexpr (T == PackedType::kIq4Xs) {
+            if constexpr (kIq4Codes<T>) {
                 alignas(64) uint8_t t[64];
                 for (int i = 0; i < 64; ++i) t[i] = kSigned<T> ? static_cast<uint8_t>(kIq4Signed[i % 16]) : kIq4Unsigned[i % 16];
                 table = S::loadu(t);
@@ -838,6 +876,10 @@ struct Kernels {
             case PackedType::kIq4Xs: return unpack_typed<PackedType::kIq4Xs>(w, p, tiles, scale, neg_min, pf);
             case PackedType::kQ2_K: return unpack_typed<PackedType::kQ2_K>(w, p, tiles, scale, neg_min, pf);
             case PackedType::kQ3_K: return unpack_typed<PackedType::kQ3_K>(w, p, tiles, scale, neg_min, pf);
+            case PackedType::kQ5_0: return unpack_typed<PackedType::kQ5_0>(w, p, tiles, scale, neg_min, pf);
+            case PackedType::kIq4Nl: return unpack_typed<PackedType::kIq4Nl>(w, p, tiles, scale, neg_min, pf);
+            case PackedType::kQ4_1: return unpack_typed<PackedType::kQ4_1>(w, p, tiles, scale, neg_min, pf);
+            case PackedType::kQ5_1: return unpack_typed<PackedType::kQ5_1>(w, p, tiles, scale, neg_min, pf);
             default: break;  // INT8, BF16 and any type added later: not group-wise, nothing to unpack
         }
     }

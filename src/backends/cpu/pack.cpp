@@ -18,7 +18,7 @@ void clear_panel(const PackedLayout &L, int64_t p, uint8_t *dst) {
     const size_t cols = kPanel;
     const size_t g = static_cast<size_t>(L.groups), sb = static_cast<size_t>(L.superblocks);
     if (L.hbits) {
-        const size_t per_tile = L.type == PackedType::kQ5_K ? 256 : 512;
+        const size_t per_tile = static_cast<size_t>(packed_type_info(L.type).hbits_per_tile);
         std::memset(dst + L.hbits + static_cast<size_t>(p) * tiles_per_panel * per_tile, 0, tiles_per_panel * per_tile);
     }
     auto clear = [&](size_t offset, size_t entries_per_col, size_t elem) {
@@ -29,7 +29,14 @@ void clear_panel(const PackedLayout &L, int64_t p, uint8_t *dst) {
         case PackedType::kInt4: clear(L.gscale, g, 4); break;
         case PackedType::kBf16: break;
         case PackedType::kQ8_0:
-        case PackedType::kQ4_0: clear(L.gscale, g, 2); break;
+        case PackedType::kQ4_0:
+        case PackedType::kQ5_0:
+        case PackedType::kIq4Nl: clear(L.gscale, g, 2); break;
+        case PackedType::kQ4_1:
+        case PackedType::kQ5_1:
+            clear(L.gscale, g, 2);
+            clear(L.gmin, g, 2);
+            break;
         case PackedType::kQ2_K:  // no gmin (its scale byte holds the min): clear skips it
         case PackedType::kQ4_K:
         case PackedType::kQ5_K:
@@ -89,9 +96,11 @@ void pack_row(const PackedLayout &L, int64_t p, int col, const RowFields &f, uin
         const int parts = kind == TileKind::kCrumb ? 4 : 2, bits = 8 / parts;
         const int64_t tile_k = 64 * parts;
         const uint32_t field = kind == TileKind::kCrumb ? 0x03030303u : 0x0F0F0F0Fu;
+        // High bits per code: a tile's 1 KiB holds 1024 * parts codes (2048 in nibbles, 4096 in crumbs).
+        const int hbits_per_code = static_cast<int>(packed_type_info(type).hbits_per_tile * 8 / (1024 * parts));
         for (int64_t s = 0; s * tile_k < k; ++s) {
             uint8_t *const t = tile(s) + 4 * j;
-            const int64_t hb_tile = tile_index(s) * (type == PackedType::kQ5_K ? 256 : 512);
+            const int64_t hb_tile = tile_index(s) * packed_type_info(type).hbits_per_tile;
             for (int part = 0; part < parts; ++part) {
                 for (int r = 0; r < 16; ++r) {
                     const int64_t i = s * tile_k + part * 64 + 4 * r;
@@ -107,14 +116,14 @@ void pack_row(const PackedLayout &L, int64_t p, int col, const RowFields &f, uin
                     const uint32_t live = n == 4 ? 0xFFFFFFFFu : (1u << (8 * n)) - 1;
                     const uint32_t fields = (type == PackedType::kQ4_0 ? w ^ 0x08080808u : w) & field & live;
                     or_word(t + r * kTileRowBytes, fields << (bits * part));
-                    // High bits of tile-row byte 4j + b: Q5_K and Q3_K one bit each (the bit above the field), bit
-                    // (4j + b) % 8 of byte (4j + b) / 8 of the row part's 8 (the multiply gathers bit 0 of the four
-                    // bytes into bits 24-27, and no two of its other products meet below them); Q6_K two, bits 2
-                    // ((4j + b) / 16) of byte (4j + b) % 16 of its 16.
-                    if (type == PackedType::kQ5_K || type == PackedType::kQ3_K) {
+                    // High bits of tile-row byte 4j + b: the 5-bit formats and Q3_K one bit each (the bit above the
+                    // field), bit (4j + b) % 8 of byte (4j + b) / 8 of the row part's 8 (the multiply gathers bit 0
+                    // of the four bytes into bits 24-27, and no two of its other products meet below them); Q6_K two,
+                    // bits 2 ((4j + b) / 16) of byte (4j + b) % 16 of its 16.
+                    if (hbits_per_code == 1) {
                         const uint32_t high = ((((w >> bits) & 0x01010101u) * 0x01020408u) >> 24) & 0x0F;
                         hbits[hb_tile + (r * parts + part) * 8 + j / 2] |= static_cast<uint8_t>(high << (4 * (j % 2)));
-                    } else if (type == PackedType::kQ6_K) {
+                    } else if (hbits_per_code == 2) {
                         const uint32_t high = ((w >> 4) & 0x03030303u) << (2 * (j / 4));
                         or_word(hbits + hb_tile + (r * 2 + part) * 16 + 4 * (j % 4), high);
                     }
@@ -132,7 +141,15 @@ void pack_row(const PackedLayout &L, int64_t p, int col, const RowFields &f, uin
             break;
         case PackedType::kQ8_0:
         case PackedType::kQ4_0:
-            for (int64_t g = 0; g < L.groups; ++g) at<uint16_t>(dst, L.gscale)[gi0 + g * kPanel] = f.f16_group[g];
+        case PackedType::kQ5_0:
+        case PackedType::kIq4Nl:
+        case PackedType::kQ4_1:
+        case PackedType::kQ5_1:
+            for (int64_t g = 0; g < L.groups; ++g) {
+                at<uint16_t>(dst, L.gscale)[gi0 + g * kPanel] = f.f16_group[g];
+                if (L.gmin)  // -m: the sign bit flipped, exact (packed.h)
+                    at<uint16_t>(dst, L.gmin)[gi0 + g * kPanel] = static_cast<uint16_t>(f.f16_group2[g] ^ 0x8000u);
+            }
             break;
         case PackedType::kQ2_K:  // no gmin: its u8_group byte holds scale and min
         case PackedType::kQ4_K:

@@ -26,12 +26,17 @@ namespace kt::cpu {
 //   kMxfp4  codes: e2m1 code 0..15; u8_group[K/32]: the E8M0 exponent byte.
 //   kQ2_K   codes: q in 0..3; u8_group[K/16]: sc | m << 4 (GGUF's byte); f16_super[SB]: d, f16_super2[SB]: dmin.
 //   kQ3_K   codes: q in 0..7 (w = d * sc * (q - 4)); i8_group[K/16]: sc; f16_super[SB]: d.
+//   kQ5_0   codes: q in 0..31 (w = d * (q - 16)); f16_group[K/32]: d.
+//   kIq4Nl  codes: code book index 0..15; f16_group[K/32]: d.
+//   kQ4_1   codes: q in 0..15 (w = d * q + m); f16_group[K/32]: d, f16_group2[K/32]: m (as GGUF stores it).
+//   kQ5_1   as kQ4_1 with q in 0..31.
 // Super-block arrays are indexed as the layout's: K position k uses (k + superblock_k_offset) / 256.
 struct RowFields {
     const uint8_t *codes = nullptr;
     const uint16_t *bf16 = nullptr;
     const float *f32_scale = nullptr;
     const uint16_t *f16_group = nullptr;
+    const uint16_t *f16_group2 = nullptr;
     const uint8_t *u8_group = nullptr;
     const uint8_t *u8_group2 = nullptr;
     const int8_t *i8_group = nullptr;

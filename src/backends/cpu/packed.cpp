@@ -5,20 +5,24 @@
 namespace kt::cpu {
 namespace {
 
-//                              type                  name      tile              tile_k grp sblk u_off mins  u_max
+// type, name, tile, tile_k, group, superblock, u_offset, has_mins, u_max, hbits_per_tile
 constexpr PackedTypeInfo kInfo[kPackedTypeCount] = {
-    {PackedType::kInt8, "INT8", TileKind::kInt8, 64, 0, 0, 128, false, 255},
-    {PackedType::kInt4, "INT4", TileKind::kNibble, 128, 0, 0, 8, false, 15},
-    {PackedType::kBf16, "BF16", TileKind::kBf16, 32, 0, 0, 0, false, 0},
-    {PackedType::kQ8_0, "Q8_0", TileKind::kInt8, 64, 32, 0, 128, false, 255},
-    {PackedType::kQ4_0, "Q4_0", TileKind::kNibble, 128, 32, 0, 8, false, 15},
-    {PackedType::kQ4_K, "Q4_K", TileKind::kNibble, 128, 32, 256, 0, true, 15},
-    {PackedType::kQ5_K, "Q5_K", TileKind::kNibble, 128, 32, 256, 0, true, 31},
-    {PackedType::kQ6_K, "Q6_K", TileKind::kNibble, 128, 16, 256, 32, false, 63},
-    {PackedType::kIq4Xs, "IQ4_XS", TileKind::kNibble, 128, 32, 256, 128, false, 241},
-    {PackedType::kMxfp4, "MXFP4", TileKind::kNibble, 128, 32, 0, 12, false, 24},
-    {PackedType::kQ2_K, "Q2_K", TileKind::kCrumb, 256, 16, 256, 0, true, 3},
-    {PackedType::kQ3_K, "Q3_K", TileKind::kCrumb, 256, 16, 256, 4, false, 7},
+    {PackedType::kInt8, "INT8", TileKind::kInt8, 64, 0, 0, 128, false, 255, 0},
+    {PackedType::kInt4, "INT4", TileKind::kNibble, 128, 0, 0, 8, false, 15, 0},
+    {PackedType::kBf16, "BF16", TileKind::kBf16, 32, 0, 0, 0, false, 0, 0},
+    {PackedType::kQ8_0, "Q8_0", TileKind::kInt8, 64, 32, 0, 128, false, 255, 0},
+    {PackedType::kQ4_0, "Q4_0", TileKind::kNibble, 128, 32, 0, 8, false, 15, 0},
+    {PackedType::kQ4_K, "Q4_K", TileKind::kNibble, 128, 32, 256, 0, true, 15, 0},
+    {PackedType::kQ5_K, "Q5_K", TileKind::kNibble, 128, 32, 256, 0, true, 31, 256},
+    {PackedType::kQ6_K, "Q6_K", TileKind::kNibble, 128, 16, 256, 32, false, 63, 512},
+    {PackedType::kIq4Xs, "IQ4_XS", TileKind::kNibble, 128, 32, 256, 128, false, 241, 0},
+    {PackedType::kMxfp4, "MXFP4", TileKind::kNibble, 128, 32, 0, 12, false, 24, 0},
+    {PackedType::kQ2_K, "Q2_K", TileKind::kCrumb, 256, 16, 256, 0, true, 3, 0},
+    {PackedType::kQ3_K, "Q3_K", TileKind::kCrumb, 256, 16, 256, 4, false, 7, 512},
+    {PackedType::kQ5_0, "Q5_0", TileKind::kNibble, 128, 32, 0, 16, false, 31, 256},
+    {PackedType::kIq4Nl, "IQ4_NL", TileKind::kNibble, 128, 32, 0, 128, false, 241, 0},
+    {PackedType::kQ4_1, "Q4_1", TileKind::kNibble, 128, 32, 0, 0, true, 15, 0},
+    {PackedType::kQ5_1, "Q5_1", TileKind::kNibble, 128, 32, 0, 0, true, 31, 256},
 };
 
 // Appends a region of `bytes` at the next 64-byte boundary; returns false on overflow.
@@ -76,37 +80,37 @@ Status packed_layout(PackedType type, int64_t n, int64_t k, int32_t group, int32
     const uint64_t cols = static_cast<uint64_t>(l.np);
     size_t cursor = 0, data = 0;
     bool ok = append(&cursor, tiles * kTileBytes, &data);
+    const uint64_t group_entries = cols * static_cast<uint64_t>(l.groups);
+    const uint64_t superblock_entries = cols * static_cast<uint64_t>(l.superblocks);
+    if (info.hbits_per_tile > 0)
+        ok = ok && append(&cursor, tiles * static_cast<uint64_t>(info.hbits_per_tile), &l.hbits);
     switch (type) {
         case PackedType::kInt8: ok = ok && append(&cursor, cols * 4, &l.colscale); break;
-        case PackedType::kInt4: ok = ok && append(&cursor, cols * static_cast<uint64_t>(l.groups) * 4, &l.gscale); break;
+        case PackedType::kInt4: ok = ok && append(&cursor, group_entries * 4, &l.gscale); break;
         case PackedType::kBf16: break;
         case PackedType::kQ8_0:
-        case PackedType::kQ4_0: ok = ok && append(&cursor, cols * static_cast<uint64_t>(l.groups) * 2, &l.gscale); break;
-        case PackedType::kQ2_K:  // scale and min share a byte: no gmin
-            ok = ok && append(&cursor, cols * static_cast<uint64_t>(l.groups), &l.gscale) &&
-                 append(&cursor, cols * static_cast<uint64_t>(l.superblocks) * 2, &l.sscale) &&
-                 append(&cursor, cols * static_cast<uint64_t>(l.superblocks) * 2, &l.smin);
+        case PackedType::kQ4_0:
+        case PackedType::kQ5_0:
+        case PackedType::kIq4Nl: ok = ok && append(&cursor, group_entries * 2, &l.gscale); break;
+        case PackedType::kQ4_1:
+        case PackedType::kQ5_1:
+            ok = ok && append(&cursor, group_entries * 2, &l.gscale) && append(&cursor, group_entries * 2, &l.gmin);
             break;
-        case PackedType::kQ5_K:
-            ok = ok && append(&cursor, tiles * 256, &l.hbits);
-            [[fallthrough]];
+        case PackedType::kQ2_K:  // scale and min share a byte: no gmin
+            ok = ok && append(&cursor, group_entries, &l.gscale) &&
+                 append(&cursor, superblock_entries * 2, &l.sscale) && append(&cursor, superblock_entries * 2, &l.smin);
+            break;
         case PackedType::kQ4_K:
-            ok = ok && append(&cursor, cols * static_cast<uint64_t>(l.groups), &l.gscale) &&
-                 append(&cursor, cols * static_cast<uint64_t>(l.groups), &l.gmin) &&
-                 append(&cursor, cols * static_cast<uint64_t>(l.superblocks) * 2, &l.sscale) &&
-                 append(&cursor, cols * static_cast<uint64_t>(l.superblocks) * 2, &l.smin);
+        case PackedType::kQ5_K:
+            ok = ok && append(&cursor, group_entries, &l.gscale) && append(&cursor, group_entries, &l.gmin) &&
+                 append(&cursor, superblock_entries * 2, &l.sscale) && append(&cursor, superblock_entries * 2, &l.smin);
             break;
         case PackedType::kQ6_K:
-        case PackedType::kQ3_K:  // 512 bytes of high bits a tile for both: 2 bits per code of 2048, 1 of 4096
-            ok = ok && append(&cursor, tiles * 512, &l.hbits) &&
-                 append(&cursor, cols * static_cast<uint64_t>(l.groups), &l.gscale) &&
-                 append(&cursor, cols * static_cast<uint64_t>(l.superblocks) * 2, &l.sscale);
-            break;
+        case PackedType::kQ3_K:
         case PackedType::kIq4Xs:
-            ok = ok && append(&cursor, cols * static_cast<uint64_t>(l.groups), &l.gscale) &&
-                 append(&cursor, cols * static_cast<uint64_t>(l.superblocks) * 2, &l.sscale);
+            ok = ok && append(&cursor, group_entries, &l.gscale) && append(&cursor, superblock_entries * 2, &l.sscale);
             break;
-        case PackedType::kMxfp4: ok = ok && append(&cursor, cols * static_cast<uint64_t>(l.groups), &l.gscale); break;
+        case PackedType::kMxfp4: ok = ok && append(&cursor, group_entries, &l.gscale); break;
     }
     KT_RETURN_IF(!ok, KT_STATUS_INVALID_ARGUMENT, "packed layout %s: size overflows", info.name);
     l.bytes = cursor;

@@ -44,6 +44,17 @@
 //           - 32), f16 d[P][SB][32]. w = d*sc*(q - 4). u = q.
 //           Q2_K takes GGUF's 2.625 bits a weight exactly, Q3_K 3.5625 for 3.4375 (its scales a byte each); as the
 //           Q8_0 they were converted to before, 8.5.
+//   kQ5_0   as kQ4_0 with kQ5_K's high bits: nibble tiles of the low 4 bits of q (0..31), hbits[tile][r][2][8], then
+//           f16 d[P][K/32][32]. w = d*(q - 16). u = q.
+//   kIq4Nl  as kIq4Xs with kQ4_0's scales: nibble tiles of the code book index, then f16 d[P][K/32][32].
+//           w = d*T[index]. u = T[index] + 128.
+//   kQ4_1   nibble tiles of q (0..15), then f16 d[P][K/32][32], f16 -m[P][K/32][32] (GGUF's m negated: the kernels
+//           subtract the min term, as the K-quants' dmin*m). w = d*q + m. u = q.
+//   kQ5_1   as kQ4_1 with kQ5_0's high bits (q 0..31).
+//           The four are the 32-wide GGUF formats llama.cpp writes where a K-quant or IQ4_XS does not fit the row
+//           (K not a multiple of 256, as the 1,408-wide experts of DeepSeek-V2-Lite and GLM-4.5-Air): Q5_0 and Q5_1
+//           for Q4_K and Q5_K, IQ4_NL for the 2- and 3-bit formats and IQ4_XS. Each takes its file's bits a weight
+//           plus at most 1/16 (high bits a byte per 8 weights where GGUF packs 32 in 4 bytes: the same).
 // SB = ceil((K + superblock_k_offset) / 256) super-blocks. For the super-block formats a matrix may start in the middle of a GGUF super-block (a NUMA shard whose K range
 // starts at a multiple of 128 that is not one of 256): `superblock_k_offset` (0 or 128) is how much of the first
 // super-block lies before K = 0, and K position k of the matrix uses super-block (k + offset) / 256.
@@ -69,12 +80,17 @@ enum class PackedType : int32_t {
     kMxfp4 = 9,
     kQ2_K = 10,
     kQ3_K = 11,
+    kQ5_0 = 12,
+    kIq4Nl = 13,
+    kQ4_1 = 14,
+    kQ5_1 = 15,
 };
-inline constexpr int kPackedTypeCount = 12;
+inline constexpr int kPackedTypeCount = 16;
 
 // The version of these layouts as bytes: packed buffers kept across processes (runtime/pack_cache.h) record it and
 // are refused when it differs. Increment it with any change to what pack_slice writes for any type.
-inline constexpr uint32_t kPackedLayoutVersion = 2;  // 2: Q2_K and Q3_K kept as stored in crumb tiles (Q8_0 before)
+// 2: Q2_K and Q3_K kept as stored in crumb tiles (Q8_0 before); 3: Q5_0, IQ4_NL, Q4_1 and Q5_1 likewise (nibble tiles).
+inline constexpr uint32_t kPackedLayoutVersion = 3;
 
 inline constexpr int64_t kPanel = 32;      // columns per panel
 inline constexpr int64_t kHalf = 16;       // columns per half panel (one AVX-512 vector of int32 / fp32)
@@ -91,9 +107,10 @@ struct PackedTypeInfo {
     int64_t tile_k;        // K per tile: 64 (int8), 128 (nibble), 32 (bf16), 256 (crumb)
     int32_t group;         // K per scale group (0: per column over the whole K; kInt4: chosen per matrix)
     int32_t superblock;    // K per super-block scale (256 for K-quants and IQ4_XS, else 0)
-    int32_t u_offset;      // u = w_code + u_offset for symmetric formats (0: asymmetric K-quants with mins)
-    bool has_mins;         // Q2_K, Q4_K, Q5_K
+    int32_t u_offset;      // u = w_code + u_offset for symmetric formats (0: asymmetric formats with mins)
+    bool has_mins;         // Q2_K, Q4_K, Q5_K, Q4_1, Q5_1
     int32_t u_max;         // largest u the kernel sees (decides whether 16-bit fallbacks can overflow)
+    int32_t hbits_per_tile;  // bytes of high bits per 1 KiB tile: Q5_K, Q5_0, Q5_1 256; Q6_K, Q3_K 512; else 0
 };
 
 const PackedTypeInfo &packed_type_info(PackedType type);

@@ -223,10 +223,10 @@ Status gemm_bf16_f32(TileSession *session, const PackedB &b, int64_t m, int64_t 
 
 // ---- group-wise int8 weights (the GGUF formats) --------------------------------------------------------------
 //
-// Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS keep their own packed layouts (backends/cpu/packed.h); the AMX kernel set
-// turns one 32-column panel at a time into a GroupedPanel (signed int8 codes in the INT8 tile layout, fp32 group
-// scales) and multiplies it with activations prepared once per call (GroupedActs). Numerics are the other kernel
-// sets' (backends/cpu/kernels.h), so results are the same bits on every ISA:
+// The GGUF formats kt keeps as stored (but MXFP4) keep their own packed layouts (backends/cpu/packed.h); the AMX kernel
+// set turns one 32-column panel at a time into a GroupedPanel (signed int8 codes in the INT8 tile layout, fp32 group
+// scales) and multiplies it with activations prepared once per call (GroupedActs). Numerics are the other kernel sets'
+// (backends/cpu/kernels.h), so results are the same bits on every ISA:
 //   per group g of `group` K positions, in order: isum = sum_{k in g} a_q[m][k] * w_q[n][k]   (int32, exact)
 //     acc = fma(float(isum), scale[g][n], acc)                                    (acc from +0)
 //     with mins: acc = fma(neg_min[g][n], asum[m][g], acc)   (= fnma(min, asum, acc) bit for bit: -min is exact)

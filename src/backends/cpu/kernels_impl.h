@@ -498,8 +498,10 @@ struct Kernels {
         // split costs a register copy per step and the adds that join the chains. One activation row on Zen 4,
         // in cache (bench_gemm BM_gemm_cached/<type>/avx512-vnni-bf16/1, best of 3 rounds): Q6_K 63 -> 74 GOP/s,
         // Q4_K 108 -> 123, Q4_0 136 -> 152, IQ4_XS 123 -> 134, Q8_0 150 -> 152; but Q5_K 82 -> 74, so Q5_K, whose
-        // high bits go through a mask register per step, keeps its split.
-        constexpr bool kShortGroups = kKpg != 0 && kKpg <= 8 && !kFifthBit<T>;
+        // high bits go through a mask register per step, keeps its split. Q5_0 and Q5_1 decode the same high bits
+        // but gain from the short groups (Zen 4, same bench, 3 alternating rounds: one row Q5_0 128 -> 133 GOP/s,
+        // Q5_1 111 -> 113; 4 and 32 rows within 1 %).
+        constexpr bool kShortGroups = kKpg != 0 && kKpg <= 8 && T != PackedType::kQ5_K;
         // Broadcast activations folded into vpdpbusd's memory operand (simd_avx512.h, dot4_bcst) for INT8, and for
         // the grouped formats in blocks of more than 4 rows: there the register broadcasts compete with the dots for
         // issue slots, in short blocks the folded form loses. Zen 5, in cache (bench_gemm BM_gemm_cached, best of 2

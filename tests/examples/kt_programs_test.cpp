@@ -170,6 +170,32 @@ TEST_CASE("kt-synth: the Q4_K_M mix, the seed, tied heads and bad arguments") {
     CHECK(run(KT_SYNTH_EXE, "--arch qwen3").exit_code == 2);
 }
 
+TEST_CASE("kt-synth: rows a type cannot hold fall back as llama-quantize's do, and the model runs on them") {
+    // Experts 160 wide (as DeepSeek-V2-Lite's 1,408, not a multiple of 256): ffn_down's rows are 160 long, so the
+    // K-quants and IQ4_XS take llama-quantize's fallbacks there, which kt computes as stored; the other matrices
+    // (rows of 256) keep the type.
+    kt::test::TempDir dir;
+    const std::string shape = " --arch qwen3moe --hidden 256 --heads 4 --heads-kv 2 --head-dim 64 --expert-ff 160"
+                              " --experts 8 --experts-used 2 --layers 1 --vocab 300";
+    const struct {
+        const char *type;
+        int32_t kept, fallback;
+    } cases[] = {{"q4_k", KT_TYPE_Q4_K, KT_TYPE_Q5_0},
+                 {"q5_k", KT_TYPE_Q5_K, KT_TYPE_Q5_1},
+                 {"q6_k", KT_TYPE_Q6_K, KT_TYPE_Q8_0},
+                 {"q2_k", KT_TYPE_Q2_K, KT_TYPE_IQ4_NL},
+                 {"iq4_xs", KT_TYPE_IQ4_XS, KT_TYPE_IQ4_NL}};
+    for (const auto &c : cases) {
+        INFO("--type " << c.type);
+        const std::string path = dir.file(std::string(c.type) + ".gguf");
+        REQUIRE(run(KT_SYNTH_EXE, "-o " + path + shape + " --type " + c.type).exit_code == 0);
+        const auto types = tensor_types(path);
+        CHECK(types.at("blk.0.ffn_gate_exps.weight") == c.kept);
+        CHECK(types.at("blk.0.ffn_down_exps.weight") == c.fallback);
+        runs(path);
+    }
+}
+
 TEST_CASE("kt-run's --logits matches llama.cpp's golden logits, generation works, exit codes are right") {
     kt::test::TempDir dir;
     // seq0 of the qwen3moe golden reference: 8 tokens.

@@ -1,7 +1,7 @@
 // The expert pool's AMX level, on the tile machine (the exact bytes the JIT emitted, interpreted;
 // tests/backends/tile_machine) on every host, and natively on a host with AMX; the log says which ran.
 // The packed INT8 / INT4 / BF16 buffers are shared with the AVX-512 kernels, so the packers must agree byte for byte,
-// and INT8 / INT4 and GGUF-format results (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS through the group-wise kernels)
+// and INT8 / INT4 and GGUF-format results (every format kept as stored but MXFP4, through the group-wise kernels)
 // must be the same bits at every level.
 #include <catch2/catch.hpp>
 
@@ -116,7 +116,13 @@ TEST_CASE("amx level: pools on AMX match the AVX-512 level, and count their AMX 
                           {KT_TYPE_Q4_K, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 256, 256},
                           {KT_TYPE_Q5_K, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 256, 256},
                           {KT_TYPE_Q6_K, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 256, 256},
-                          {KT_TYPE_IQ4_XS, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 256, 256}};
+                          {KT_TYPE_IQ4_XS, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 256, 256},
+                          {KT_TYPE_Q2_K, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 256, 256},
+                          {KT_TYPE_Q3_K, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 256, 256},
+                          {KT_TYPE_Q5_0, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 96, 160},
+                          {KT_TYPE_Q5_1, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 160, 96},
+                          {KT_TYPE_Q4_1, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 96, 64},
+                          {KT_TYPE_IQ4_NL, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 64, 96}};
     const int64_t E = 4, T = 16;
     for (const Case &c : cases) {
         const int64_t H = c.hidden, I = c.inter;

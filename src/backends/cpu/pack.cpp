@@ -97,10 +97,11 @@ void pack_row(const PackedLayout &L, int64_t p, int col, const RowFields &f, uin
         const int64_t tile_k = 64 * parts;
         const uint32_t field = kind == TileKind::kCrumb ? 0x03030303u : 0x0F0F0F0Fu;
         // High bits per code: a tile's 1 KiB holds 1024 * parts codes (2048 in nibbles, 4096 in crumbs).
-        const int hbits_per_code = static_cast<int>(packed_type_info(type).hbits_per_tile * 8 / (1024 * parts));
+        const int64_t hbits_per_tile = packed_type_info(type).hbits_per_tile;
+        const int hbits_per_code = static_cast<int>(hbits_per_tile * 8 / (1024 * parts));
         for (int64_t s = 0; s * tile_k < k; ++s) {
             uint8_t *const t = tile(s) + 4 * j;
-            const int64_t hb_tile = tile_index(s) * packed_type_info(type).hbits_per_tile;
+            const int64_t hb_tile = tile_index(s) * hbits_per_tile;
             for (int part = 0; part < parts; ++part) {
                 for (int r = 0; r < 16; ++r) {
                     const int64_t i = s * tile_k + part * 64 + 4 * r;

@@ -30,91 +30,27 @@ inline constexpr int8_t kIq4Signed[16] = {-127, -104, -83, -65, -49, -35, -22, -
 // The doubled e2m1 values of MXFP4 plus 12 (packed.h): small enough for the 8-bit dot products of every ISA.
 inline constexpr uint8_t kMxfp4Unsigned[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
 
+// What the kernels read of a format, from its entry in packed.h's table. kNibble: codes narrower than a byte
+// (nibble tiles, and Q2_K and Q3_K in crumb tiles: kParts below).
 template <PackedType T>
-struct Fmt;
-template <>
-struct Fmt<PackedType::kInt8> {
-    static constexpr bool kNibble = false, kMins = false;
-    static constexpr int kUMax = 255;
-};
-template <>
-struct Fmt<PackedType::kQ8_0> {
-    static constexpr bool kNibble = false, kMins = false;
-    static constexpr int kUMax = 255;
-};
-template <>
-struct Fmt<PackedType::kInt4> {
-    static constexpr bool kNibble = true, kMins = false;
-    static constexpr int kUMax = 15;
-};
-template <>
-struct Fmt<PackedType::kQ4_0> {
-    static constexpr bool kNibble = true, kMins = false;
-    static constexpr int kUMax = 15;
-};
-template <>
-struct Fmt<PackedType::kQ4_K> {
-    static constexpr bool kNibble = true, kMins = true;
-    static constexpr int kUMax = 15;
-};
-template <>
-struct Fmt<PackedType::kQ5_K> {
-    static constexpr bool kNibble = true, kMins = true;
-    static constexpr int kUMax = 31;
-};
-template <>
-struct Fmt<PackedType::kQ6_K> {
-    static constexpr bool kNibble = true, kMins = false;
-    static constexpr int kUMax = 63;
-};
-template <>
-struct Fmt<PackedType::kIq4Xs> {
-    static constexpr bool kNibble = true, kMins = false;
-    static constexpr int kUMax = 241;
-};
-template <>
-struct Fmt<PackedType::kMxfp4> {
-    static constexpr bool kNibble = true, kMins = false;
-    static constexpr int kUMax = 24;
-};
-// kNibble: codes narrower than a byte (Q2_K and Q3_K in crumb tiles: kParts below).
-template <>
-struct Fmt<PackedType::kQ2_K> {
-    static constexpr bool kNibble = true, kMins = true;
-    static constexpr int kUMax = 3;
-};
-template <>
-struct Fmt<PackedType::kQ3_K> {
-    static constexpr bool kNibble = true, kMins = false;
-    static constexpr int kUMax = 7;
-};
-template <>
-struct Fmt<PackedType::kQ5_0> {
-    static constexpr bool kNibble = true, kMins = false;
-    static constexpr int kUMax = 31;
-};
-template <>
-struct Fmt<PackedType::kIq4Nl> {
-    static constexpr bool kNibble = true, kMins = false;
-    static constexpr int kUMax = 241;
-};
-template <>
-struct Fmt<PackedType::kQ4_1> {
-    static constexpr bool kNibble = true, kMins = true;
-    static constexpr int kUMax = 15;
-};
-template <>
-struct Fmt<PackedType::kQ5_1> {
-    static constexpr bool kNibble = true, kMins = true;
-    static constexpr int kUMax = 31;
+struct Fmt {
+    static constexpr TileKind kTile = packed_type_info(T).tile;
+    static constexpr bool kNibble = kTile == TileKind::kNibble || kTile == TileKind::kCrumb;
+    static constexpr bool kMins = packed_type_info(T).has_mins;
+    static constexpr int kUMax = packed_type_info(T).u_max;
 };
 
 // The formats whose codes are IQ4 code book indices (IQ4_XS, IQ4_NL).
 template <PackedType T>
 inline constexpr bool kIq4Codes = T == PackedType::kIq4Xs || T == PackedType::kIq4Nl;
-// The formats with a fifth bit beside the nibble (packed.h: hbits, one bit a code).
+// Bytes of high bits per 1 KiB tile (packed.h), and per tile row.
 template <PackedType T>
-inline constexpr bool kFifthBit = T == PackedType::kQ5_K || T == PackedType::kQ5_0 || T == PackedType::kQ5_1;
+inline constexpr int64_t kHbitsPerTile = packed_type_info(T).hbits_per_tile;
+template <PackedType T>
+inline constexpr int64_t kHbitsPerRow = kHbitsPerTile<T> / 16;
+// The formats with a fifth bit beside the nibble (Q5_K, Q5_0, Q5_1: one bit a code of a nibble tile).
+template <PackedType T>
+inline constexpr bool kFifthBit = Fmt<T>::kTile == TileKind::kNibble && kHbitsPerTile<T> == 256;
 // The 32-wide GGUF formats: an f16 scale per group of 32 (gscale), and the formats with mins an f16 -m (gmin).
 template <PackedType T>
 inline constexpr bool kF16Groups = T == PackedType::kQ8_0 || T == PackedType::kQ4_0 || T == PackedType::kQ5_0 ||
@@ -122,16 +58,7 @@ inline constexpr bool kF16Groups = T == PackedType::kQ8_0 || T == PackedType::kQ
 
 // Codes per byte of a tile (packed.h): 4 in crumb tiles, 2 in nibble tiles, 1 in int8 tiles.
 template <PackedType T>
-inline constexpr int kParts = T == PackedType::kQ2_K || T == PackedType::kQ3_K ? 4 : Fmt<T>::kNibble ? 2 : 1;
-
-// Bytes of high bits per 1 KiB tile (packed.h): the fifth-bit formats one bit per weight, Q6_K two, Q3_K one (of
-// 4096 weights); and per tile row.
-template <PackedType T>
-inline constexpr int64_t kHbitsPerTile = kFifthBit<T>                                       ? 256
-                                         : T == PackedType::kQ6_K || T == PackedType::kQ3_K ? 512
-                                                                                            : 0;
-template <PackedType T>
-inline constexpr int64_t kHbitsPerRow = kHbitsPerTile<T> / 16;
+inline constexpr int kParts = Fmt<T>::kTile == TileKind::kCrumb ? 4 : Fmt<T>::kNibble ? 2 : 1;
 
 // Whether the integer GEMM may unroll the K steps of a row block (int_block says where it does, and why). Sanitizer
 // builds (KT_SANITIZE defines KT_KERNELS_ROLLED) loop every block: with gcc 12's ASan + UBSan at -O1, unrolling took

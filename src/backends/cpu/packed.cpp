@@ -5,25 +5,6 @@
 namespace kt::cpu {
 namespace {
 
-// type, name, tile, tile_k, group, superblock, u_offset, has_mins, u_max, hbits_per_tile
-constexpr PackedTypeInfo kInfo[kPackedTypeCount] = {
-    {PackedType::kInt8, "INT8", TileKind::kInt8, 64, 0, 0, 128, false, 255, 0},
-    {PackedType::kInt4, "INT4", TileKind::kNibble, 128, 0, 0, 8, false, 15, 0},
-    {PackedType::kBf16, "BF16", TileKind::kBf16, 32, 0, 0, 0, false, 0, 0},
-    {PackedType::kQ8_0, "Q8_0", TileKind::kInt8, 64, 32, 0, 128, false, 255, 0},
-    {PackedType::kQ4_0, "Q4_0", TileKind::kNibble, 128, 32, 0, 8, false, 15, 0},
-    {PackedType::kQ4_K, "Q4_K", TileKind::kNibble, 128, 32, 256, 0, true, 15, 0},
-    {PackedType::kQ5_K, "Q5_K", TileKind::kNibble, 128, 32, 256, 0, true, 31, 256},
-    {PackedType::kQ6_K, "Q6_K", TileKind::kNibble, 128, 16, 256, 32, false, 63, 512},
-    {PackedType::kIq4Xs, "IQ4_XS", TileKind::kNibble, 128, 32, 256, 128, false, 241, 0},
-    {PackedType::kMxfp4, "MXFP4", TileKind::kNibble, 128, 32, 0, 12, false, 24, 0},
-    {PackedType::kQ2_K, "Q2_K", TileKind::kCrumb, 256, 16, 256, 0, true, 3, 0},
-    {PackedType::kQ3_K, "Q3_K", TileKind::kCrumb, 256, 16, 256, 4, false, 7, 512},
-    {PackedType::kQ5_0, "Q5_0", TileKind::kNibble, 128, 32, 0, 16, false, 31, 256},
-    {PackedType::kIq4Nl, "IQ4_NL", TileKind::kNibble, 128, 32, 0, 128, false, 241, 0},
-    {PackedType::kQ4_1, "Q4_1", TileKind::kNibble, 128, 32, 0, 0, true, 15, 0},
-    {PackedType::kQ5_1, "Q5_1", TileKind::kNibble, 128, 32, 0, 0, true, 31, 256},
-};
 
 // Appends a region of `bytes` at the next 64-byte boundary; returns false on overflow.
 bool append(size_t *cursor, uint64_t bytes, size_t *offset) {
@@ -35,8 +16,6 @@ bool append(size_t *cursor, uint64_t bytes, size_t *offset) {
 }
 
 }  // namespace
-
-const PackedTypeInfo &packed_type_info(PackedType type) { return kInfo[static_cast<int>(type)]; }
 
 Status packed_layout(PackedType type, int64_t n, int64_t k, int32_t group, int32_t superblock_k_offset,
                      PackedLayout *out) {

@@ -151,13 +151,20 @@ KT_API void kt_log_set(kt_log_callback callback, void *user_data, int32_t max_le
 #define KT_TYPE_Q5_K 13
 #define KT_TYPE_Q6_K 14
 #define KT_TYPE_Q8_K 15
+#define KT_TYPE_IQ2_XXS 16 /* IQ1_S, IQ1_M, IQ2_*, IQ3_*: the grid formats (dequantized; computed as Q8_0) */
+#define KT_TYPE_IQ2_XS 17
+#define KT_TYPE_IQ3_XXS 18
+#define KT_TYPE_IQ1_S 19
 #define KT_TYPE_IQ4_NL 20
+#define KT_TYPE_IQ3_S 21
+#define KT_TYPE_IQ2_S 22
 #define KT_TYPE_IQ4_XS 23
 #define KT_TYPE_I8 24
 #define KT_TYPE_I16 25
 #define KT_TYPE_I32 26
 #define KT_TYPE_I64 27
 #define KT_TYPE_F64 28
+#define KT_TYPE_IQ1_M 29
 #define KT_TYPE_BF16 30
 #define KT_TYPE_MXFP4 39   /* OCP MX FP4 (gpt-oss experts): 32 e2m1 values sharing one E8M0 power-of-two scale */
 
@@ -397,8 +404,9 @@ KT_API kt_status kt_model_tensor_read_f32(const kt_model *model, int64_t index, 
 /* 1 if kt_quantize can produce the type, else 0: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K,
  * Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS, MXFP4. */
 KT_API int32_t kt_type_can_quantize(int32_t type);
-/* 1 if kt_dequantize (and kt_model_tensor_read_f32) can read the type, else 0: every type above plus I8, I16, I32,
- * I64 and F64 (converted to the nearest float). */
+/* 1 if kt_dequantize (and kt_model_tensor_read_f32) can read the type, else 0: every type above, the grid formats
+ * IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, and I8, I16, I32, I64 and F64 (converted to the nearest
+ * float). */
 KT_API int32_t kt_type_can_dequantize(int32_t type);
 
 /* Quantizes n_rows rows of n_per_row floats (rows back to back) into dst, as a GGUF tensor of shape
@@ -567,7 +575,8 @@ typedef int32_t (*kt_abort_callback)(void *user_data);
 
 #define KT_KERNELS_AUTO 0       /* the expert engine's kernels for the best ISA this CPU allows: weights kept in their
                                    GGUF format where a kernel reads it (Q2_K Q3_K Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K
-                                   Q5_K Q6_K IQ4_NL IQ4_XS MXFP4 BF16), F32/F16 as BF16, other formats as Q8_0;
+                                   Q5_K Q6_K IQ4_NL IQ4_XS MXFP4 BF16), F32/F16 as BF16, other formats (the
+                                   IQ1-IQ3 grid formats among them) as Q8_0;
                                    activations quantized to int8 per token */
 #define KT_KERNELS_REFERENCE 1  /* exact dequantization and f32 arithmetic everywhere: slow; for validation (it
                                    reproduces llama.cpp's f32 logits to ~1e-6) */

@@ -14,11 +14,13 @@
 // statistics are those of independent rows; only exact repeats between rows distinguish the result from a fully
 // random model, which matters to nothing but compression.
 //
-// --type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, mxfp4 (every
-// matrix in that type), q4_k_m (llama-quantize's Q4_K_M mix as far as kt-synth reproduces it: see choose_type) or
+// --type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, mxfp4, and
+// the grid formats iq1_s, iq1_m, iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s (every matrix in that type; kt cannot
+// quantize to the grid formats, so their rows are random bits scaled to the Gaussian's RMS), q4_k_m (llama-quantize's Q4_K_M mix as far as kt-synth reproduces it: see choose_type) or
 // mxfp4_moe (llama-quantize's MXFP4_MOE: experts MXFP4, every other matrix Q8_0; gpt-oss's default). Norms,
 // biases, attention sinks and the router stay F32, as llama-quantize keeps them. A row length the type cannot hold
-// falls back as llama-quantize does (Q4_K, Q5_K, Q6_K to Q5_0, Q5_1, Q8_0; Q2_K, Q3_K, IQ4_XS to IQ4_NL; then F16).
+// falls back as llama-quantize does (Q4_K, Q5_K, Q6_K to Q5_0, Q5_1, Q8_0; Q2_K, Q3_K, IQ4_XS and the grid formats
+// to IQ4_NL; then F16).
 // Presets of families with optional tensors write what the released models have: GLM's attention biases (and
 // q/k norms for GLM-4.5/4.6), gpt-oss's biases and sinks. GLM's NextN block is counted in block_count and
 // nextn_predict_layers as in the released files, but its tensors (which kt skips) are not written.
@@ -119,6 +121,7 @@ int usage(const char *message = nullptr) {
                  "  glm4moe:   --rope-dims N  --dense-lead N  --shared-experts N  --nextn N  --biases  --qk-norm\n"
                  "  gpt-oss:   --sliding-window N\n"
                  "  --type T           f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs mxfp4,\n"
+                 "                     iq1_s iq1_m iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s (random bits at a Gaussian's RMS),\n"
                  "                     q4_k_m (default) or mxfp4_moe (experts MXFP4, the rest Q8_0; gpt-oss's default)\n"
                  "  --seed N           (default 1)\n"
                  "  --pool-rows N      distinct random rows per tensor (default 4096; 0: every row distinct)\n"
@@ -141,6 +144,10 @@ const TypeName kTypes[] = {
     {"q3_k", KT_TYPE_Q3_K, 12},    {"q4_k", KT_TYPE_Q4_K, 15},    {"q5_k", KT_TYPE_Q5_K, 17},
     {"q6_k", KT_TYPE_Q6_K, 18},    {"iq4_nl", KT_TYPE_IQ4_NL, 25}, {"iq4_xs", KT_TYPE_IQ4_XS, 30},
     {"mxfp4", KT_TYPE_MXFP4, 38},
+    // The grid formats: random rows (below), since kt has no quantizer for them.
+    {"iq2_xxs", KT_TYPE_IQ2_XXS, 19}, {"iq2_xs", KT_TYPE_IQ2_XS, 20}, {"iq2_s", KT_TYPE_IQ2_S, 28},
+    {"iq3_xxs", KT_TYPE_IQ3_XXS, 23}, {"iq3_s", KT_TYPE_IQ3_S, 26},   {"iq1_s", KT_TYPE_IQ1_S, 24},
+    {"iq1_m", KT_TYPE_IQ1_M, 31},
 };
 constexpr int32_t kMixQ4KM = -1;
 constexpr int32_t kFileTypeQ4KM = 15;
@@ -153,7 +160,9 @@ bool has(const std::string &s, const char *part) { return s.find(part) != std::s
 int32_t fit(int32_t type, int64_t k) {
     if (k % kt_type_block_size(type) == 0) return type;
     switch (type) {
-        case KT_TYPE_Q2_K: case KT_TYPE_Q3_K: case KT_TYPE_IQ4_XS: type = KT_TYPE_IQ4_NL; break;
+        case KT_TYPE_Q2_K: case KT_TYPE_Q3_K: case KT_TYPE_IQ4_XS:
+        case KT_TYPE_IQ2_XXS: case KT_TYPE_IQ2_XS: case KT_TYPE_IQ2_S: case KT_TYPE_IQ3_XXS: case KT_TYPE_IQ3_S:
+        case KT_TYPE_IQ1_S: case KT_TYPE_IQ1_M: type = KT_TYPE_IQ4_NL; break;
         case KT_TYPE_Q4_K: type = KT_TYPE_Q5_0; break;
         case KT_TYPE_Q5_K: type = KT_TYPE_Q5_1; break;
         case KT_TYPE_Q6_K: type = KT_TYPE_Q8_0; break;
@@ -217,6 +226,37 @@ struct TensorPlan {
     std::vector<uint8_t> pool;  // filled just before the tensor is written
 };
 
+// Sets every block's f16 scale: IQ1_M keeps it in the top nibbles of its four u16 scale words (bytes 48-55), the
+// other grid formats in their first two bytes.
+void set_block_scales(int32_t type, uint8_t *row, uint64_t row_bytes, uint16_t d) {
+    const uint64_t block_bytes = static_cast<uint64_t>(kt_type_block_bytes(type));
+    for (uint8_t *block = row; block < row + row_bytes; block += block_bytes) {
+        if (type == KT_TYPE_IQ1_M) {
+            for (int k = 0; k < 4; ++k)
+                block[49 + 2 * k] = static_cast<uint8_t>((block[49 + 2 * k] & 0x0F) | (((d >> (4 * k)) & 0x0F) << 4));
+        } else {
+            std::memcpy(block, &d, sizeof d);
+        }
+    }
+}
+
+// A row of a format kt cannot quantize to (the IQ1-IQ3 grid formats): random bits, every block's scale set so that
+// the row's RMS is the plan's sigma. To a kernel such a row is as good as a quantized Gaussian one.
+bool random_bits_row(const TensorPlan &t, std::mt19937_64 &rng, uint8_t *row) {
+    for (uint64_t i = 0; i < t.row_bytes; ++i) row[i] = static_cast<uint8_t>(rng());
+    const uint16_t kOne = 0x3C00;  // f16 1.0
+    set_block_scales(t.type, row, t.row_bytes, kOne);
+    std::vector<float> values(static_cast<size_t>(t.ne[0]));
+    if (kt_dequantize(t.type, row, t.row_bytes, 1, t.ne[0], values.data(), values.size()) != KT_STATUS_OK) return false;
+    double squares = 0;
+    for (float v : values) squares += static_cast<double>(v) * v;
+    const float scale = squares > 0 ? t.sigma / static_cast<float>(std::sqrt(squares / static_cast<double>(values.size()))) : 0.0f;
+    uint16_t d = 0;
+    if (kt_quantize(KT_TYPE_F16, &scale, 1, 1, &d, sizeof d, nullptr) != KT_STATUS_OK) return false;
+    set_block_scales(t.type, row, t.row_bytes, d);
+    return true;
+}
+
 // Generates and quantizes the pool, splitting rows over threads (kt_quantize is thread-safe).
 bool make_pool(TensorPlan &t) {
     t.pool.assign(static_cast<size_t>(t.row_bytes * static_cast<uint64_t>(t.pool_rows)), 0);
@@ -229,6 +269,11 @@ bool make_pool(TensorPlan &t) {
             std::vector<float> row(static_cast<size_t>(t.ne[0]));
             for (int64_t r = r0; r < r1; ++r) {
                 std::mt19937_64 rng(mix64(t.seed ^ mix64(static_cast<uint64_t>(r))));
+                if (!kt_type_can_quantize(t.type)) {
+                    if (!random_bits_row(t, rng, t.pool.data() + static_cast<uint64_t>(r) * t.row_bytes))
+                        ok[static_cast<size_t>(w)] = 0;
+                    continue;
+                }
                 std::normal_distribution<float> normal(t.mean, t.sigma);
                 for (float &x : row) x = normal(rng);
                 if (kt_quantize(t.type, row.data(), 1, t.ne[0], t.pool.data() + static_cast<uint64_t>(r) * t.row_bytes,

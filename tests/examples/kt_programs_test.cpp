@@ -184,7 +184,10 @@ TEST_CASE("kt-synth: rows a type cannot hold fall back as llama-quantize's do, a
                  {"q5_k", KT_TYPE_Q5_K, KT_TYPE_Q5_1},
                  {"q6_k", KT_TYPE_Q6_K, KT_TYPE_Q8_0},
                  {"q2_k", KT_TYPE_Q2_K, KT_TYPE_IQ4_NL},
-                 {"iq4_xs", KT_TYPE_IQ4_XS, KT_TYPE_IQ4_NL}};
+                 {"iq4_xs", KT_TYPE_IQ4_XS, KT_TYPE_IQ4_NL},
+                 // The grid formats (random rows: kt converts them to Q8_0 at load).
+                 {"iq2_xxs", KT_TYPE_IQ2_XXS, KT_TYPE_IQ4_NL},
+                 {"iq1_m", KT_TYPE_IQ1_M, KT_TYPE_IQ4_NL}};
     for (const auto &c : cases) {
         INFO("--type " << c.type);
         const std::string path = dir.file(std::string(c.type) + ".gguf");

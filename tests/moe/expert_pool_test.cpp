@@ -84,6 +84,8 @@ const FormatCase kFormats[] = {
     {"Q4_1 as stored", KT_TYPE_Q4_1, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 64, 96, 0.05},
     {"IQ4_NL as stored", KT_TYPE_IQ4_NL, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 96, 64, 0.05},
     {"Q8_K as stored (becomes Q8_0)", KT_TYPE_Q8_K, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 256, 256, 0.05},
+    {"IQ3_XXS (a grid format: becomes Q8_0)", KT_TYPE_IQ3_XXS, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 256, 256, 0.05},
+    {"IQ1_M (a grid format: becomes Q8_0)", KT_TYPE_IQ1_M, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 256, 512, 0.05},
     {"Q4_K converted to INT8", KT_TYPE_Q4_K, KT_EXPERT_WEIGHTS_INT8, 0, 256, 256, 0.05},
 };
 

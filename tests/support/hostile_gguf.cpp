@@ -275,7 +275,7 @@ std::vector<HostileCase> hostile_gguf_cases() {
     mutate("unknown tensor type 99", [](RawGguf &g) { g.tensors[0].type = 99; });
     mutate("removed tensor type 4", [](RawGguf &g) { g.tensors[0].type = 4; });
     mutate("tensor type 0xffffffff", [](RawGguf &g) { g.tensors[0].type = 0xFFFFFFFFu; });
-    mutate("unsupported tensor type IQ2_XXS", [](RawGguf &g) { g.tensors[0].type = 16; }, KT_STATUS_UNSUPPORTED);
+    mutate("unsupported tensor type TQ1_0", [](RawGguf &g) { g.tensors[0].type = 34; }, KT_STATUS_UNSUPPORTED);
     mutate("row not a multiple of the block", [](RawGguf &g) { g.tensors[1].dims = {33}; });
     mutate("misaligned offset", [](RawGguf &g) { g.tensors[1].offset = 33; });
     mutate("offset past the end", [](RawGguf &g) { g.tensors[1].offset = 1 << 20; });

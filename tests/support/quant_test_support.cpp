@@ -63,6 +63,20 @@ std::vector<uint8_t> random_gguf_rows(int32_t type, int64_t rows, int64_t cols, 
             // MXFP4: exponent bytes around 2^-8 (values up to 12 · 2^-5), and one block in 16 with the subnormal
             // scales of e = 0, 1 and the smallest normal one, which a kernel must decode exactly too.
             case KT_TYPE_MXFP4: p[0] = static_cast<uint8_t>(rng() % 16 == 0 ? rng() % 3 : 117 + rng() % 8); break;
+            // The grid formats: d such that a typical weight is a few hundredths, like the others'.
+            case KT_TYPE_IQ2_XXS: put(offsetof(ref::BlockIq2Xxs, d), scale(0.001f)); break;
+            case KT_TYPE_IQ2_XS: put(offsetof(ref::BlockIq2Xs, d), scale(0.001f)); break;
+            case KT_TYPE_IQ2_S: put(offsetof(ref::BlockIq2S, d), scale(0.001f)); break;
+            case KT_TYPE_IQ3_XXS: put(offsetof(ref::BlockIq3Xxs, d), scale(0.0005f)); break;
+            case KT_TYPE_IQ3_S: put(offsetof(ref::BlockIq3S, d), scale(0.0005f)); break;
+            case KT_TYPE_IQ1_S: put(offsetof(ref::BlockIq1S, d), scale(0.01f)); break;
+            case KT_TYPE_IQ1_M: {  // the f16 scale is the top nibble of each of the four u16 scale words
+                const uint16_t d = scale(0.01f);
+                uint8_t *words = p + offsetof(ref::BlockIq1M, scales);
+                for (int k = 0; k < 4; ++k)
+                    words[2 * k + 1] = static_cast<uint8_t>((words[2 * k + 1] & 0x0F) | (((d >> (4 * k)) & 0x0F) << 4));
+                break;
+            }
             case KT_TYPE_Q8_K: {
                 const float d = 0.0005f * jitter(rng);
                 std::memcpy(p + offsetof(ref::BlockQ8_K, d), &d, 4);

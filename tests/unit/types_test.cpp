@@ -21,6 +21,10 @@ TEST_CASE("type table matches the block layouts") {
         {KT_TYPE_Q6_K, 256, sizeof(ref::BlockQ6_K)},  {KT_TYPE_Q8_K, 256, sizeof(ref::BlockQ8_K)},
         {KT_TYPE_IQ4_NL, 32, sizeof(ref::BlockIq4Nl)}, {KT_TYPE_IQ4_XS, 256, sizeof(ref::BlockIq4Xs)},
         {KT_TYPE_MXFP4, 32, sizeof(ref::BlockMxfp4)},
+        {KT_TYPE_IQ2_XXS, 256, sizeof(ref::BlockIq2Xxs)}, {KT_TYPE_IQ2_XS, 256, sizeof(ref::BlockIq2Xs)},
+        {KT_TYPE_IQ2_S, 256, sizeof(ref::BlockIq2S)},     {KT_TYPE_IQ3_XXS, 256, sizeof(ref::BlockIq3Xxs)},
+        {KT_TYPE_IQ3_S, 256, sizeof(ref::BlockIq3S)},     {KT_TYPE_IQ1_S, 256, sizeof(ref::BlockIq1S)},
+        {KT_TYPE_IQ1_M, 256, sizeof(ref::BlockIq1M)},
         {KT_TYPE_F32, 1, 4}, {KT_TYPE_F16, 1, 2}, {KT_TYPE_BF16, 1, 2},
     };
     for (const Expect &e : expected) {
@@ -33,7 +37,7 @@ TEST_CASE("type table matches the block layouts") {
     }
     CHECK(ops::type_traits_by_name("q4_k") == ops::type_traits(KT_TYPE_Q4_K));
     CHECK(ops::type_traits(4) == nullptr);   // removed Q4_2
-    CHECK(ops::type_traits(16) == nullptr);  // IQ2_XXS: not implemented
+    CHECK(ops::type_traits(34) == nullptr);  // TQ1_0: not implemented
     CHECK(ops::type_traits(-1) == nullptr);
     CHECK(ops::type_traits_by_name("Q4_K_M") == nullptr);
 }

@@ -62,13 +62,6 @@ T load(const uint8_t *p) {
 // Type ids of ggml types kt does not implement, so a valid-but-unsupported file gets a precise message.
 const char *unsupported_ggml_type_name(uint32_t type) {
     switch (type) {
-        case 16: return "IQ2_XXS";
-        case 17: return "IQ2_XS";
-        case 18: return "IQ3_XXS";
-        case 19: return "IQ1_S";
-        case 21: return "IQ3_S";
-        case 22: return "IQ2_S";
-        case 29: return "IQ1_M";
         case 34: return "TQ1_0";
         case 35: return "TQ2_0";
         case 39: return "MXFP4";

@@ -46,6 +46,16 @@ struct BlockQ6_K { uint8_t ql[kQKK / 2]; uint8_t qh[kQKK / 4]; int8_t scales[kQK
 struct BlockQ8_K { float d; int8_t qs[kQKK]; int16_t bsums[kQKK / 16]; };
 struct BlockIq4Xs { uint16_t d; uint16_t scales_h; uint8_t scales_l[kQKK / 64]; uint8_t qs[kQKK / 2]; };
 
+// The grid formats (IQ1-IQ3): each index picks 4 or 8 weights at once from a code book (ops/ref/iq_grids.h), with
+// signs and scales per 8, 16 or 32 weights. Field meanings are where they are decoded (dequantize_ref.cpp).
+struct BlockIq2Xxs { uint16_t d; uint16_t qs[kQKK / 8]; };
+struct BlockIq2Xs { uint16_t d; uint16_t qs[kQKK / 8]; uint8_t scales[kQKK / 32]; };
+struct BlockIq2S { uint16_t d; uint8_t qs[kQKK / 4]; uint8_t qh[kQKK / 32]; uint8_t scales[kQKK / 32]; };
+struct BlockIq3Xxs { uint16_t d; uint8_t qs[3 * kQKK / 8]; };
+struct BlockIq3S { uint16_t d; uint8_t qs[kQKK / 4]; uint8_t qh[kQKK / 32]; uint8_t signs[kQKK / 8]; uint8_t scales[kQKK / 64]; };
+struct BlockIq1S { uint16_t d; uint8_t qs[kQKK / 8]; uint16_t qh[kQKK / 32]; };
+struct BlockIq1M { uint8_t qs[kQKK / 8]; uint8_t qh[kQKK / 16]; uint8_t scales[kQKK / 32]; };
+
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ5_0) == 22);
@@ -61,6 +71,13 @@ static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ8_K) == 292);
 static_assert(sizeof(BlockIq4Xs) == 136);
+static_assert(sizeof(BlockIq2Xxs) == 66);
+static_assert(sizeof(BlockIq2Xs) == 74);
+static_assert(sizeof(BlockIq2S) == 82);
+static_assert(sizeof(BlockIq3Xxs) == 98);
+static_assert(sizeof(BlockIq3S) == 110);
+static_assert(sizeof(BlockIq1S) == 50);
+static_assert(sizeof(BlockIq1M) == 56);
 
 // The 6-bit (scale, min) pair j of a Q4_K / Q5_K super-block, unpacked from its 12 scale bytes.
 inline void unpack_k4_scale_min(int j, const uint8_t *q, uint8_t *scale, uint8_t *min) {

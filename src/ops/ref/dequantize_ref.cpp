@@ -4,6 +4,7 @@
 
 #include "core/fp16.h"
 #include "ops/ref/blocks.h"
+#include "ops/ref/iq_grids.h"
 #include "ops/ref/quants_ref.h"
 
 namespace kt::ref {
@@ -225,6 +226,145 @@ void dequantize_iq4_xs(const BlockIq4Xs *x, float *y, int64_t nb) {
     }
 }
 
+// The grid formats. Every index selects 8 (or 4) weights of a code book at once; signs come in bytes of 8, where
+// IQ2_XXS, IQ2_XS and IQ3_XXS store 7 bits and the 8th makes the count of minus signs even.
+uint8_t even_signs(uint32_t seven_bits) {
+    return static_cast<uint8_t>(seven_bits | ((__builtin_popcount(seven_bits) & 1u) << 7));
+}
+
+uint8_t grid_byte(uint64_t entry, int j) { return static_cast<uint8_t>(entry >> (8 * j)); }
+
+// y[j] = scale * magnitude[j], negated where sign bit j is set, for the 8 (or n) weights of one grid entry.
+void signed_grid(float scale, uint64_t entry, uint8_t signs, float *y, int n = 8) {
+    for (int j = 0; j < n; ++j)
+        y[j] = scale * static_cast<float>(grid_byte(entry, j)) * ((signs >> j) & 1 ? -1.0f : 1.0f);
+}
+
+// Per 32 weights two u32: four 8-bit grid indices; four 7-bit signs and a 4-bit scale ls on top.
+void dequantize_iq2_xxs(const BlockIq2Xxs *x, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i) {
+        const float d = fp16_to_f32(x[i].d);
+        const auto *q = reinterpret_cast<const uint8_t *>(x[i].qs);
+        for (int ib = 0; ib < kQKK / 32; ++ib, q += 8) {
+            const uint32_t signs_scale = load_u32(q + 4);
+            const float db = d * (0.5f + static_cast<float>(signs_scale >> 28)) * 0.25f;
+            for (int l = 0; l < 4; ++l, y += 8)
+                signed_grid(db, kIq2XxsGrid[q[l]], even_signs((signs_scale >> (7 * l)) & 127), y);
+        }
+    }
+}
+
+// Per 8 weights a u16: 9-bit index, 7-bit signs; a 4-bit scale per 16 weights.
+void dequantize_iq2_xs(const BlockIq2Xs *x, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i) {
+        const float d = fp16_to_f32(x[i].d);
+        for (int ib = 0; ib < kQKK / 32; ++ib) {
+            const float db[2] = {d * (0.5f + static_cast<float>(x[i].scales[ib] & 0x0F)) * 0.25f,
+                                 d * (0.5f + static_cast<float>(x[i].scales[ib] >> 4)) * 0.25f};
+            for (int l = 0; l < 4; ++l, y += 8) {
+                const uint16_t q = x[i].qs[4 * ib + l];
+                signed_grid(db[l / 2], kIq2XsGrid[q & 511], even_signs(q >> 9), y);
+            }
+        }
+    }
+}
+
+// 32 low index bytes, then 32 full sign bytes; per 32 weights a qh byte (2 high index bits per 8 weights) and a
+// byte of two 4-bit scales (per 16).
+void dequantize_iq2_s(const BlockIq2S *x, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i) {
+        const float d = fp16_to_f32(x[i].d);
+        const uint8_t *q = x[i].qs;
+        const uint8_t *signs = x[i].qs + kQKK / 8;
+        for (int ib = 0; ib < kQKK / 32; ++ib, q += 4, signs += 4) {
+            const float db[2] = {d * (0.5f + static_cast<float>(x[i].scales[ib] & 0x0F)) * 0.25f,
+                                 d * (0.5f + static_cast<float>(x[i].scales[ib] >> 4)) * 0.25f};
+            for (int l = 0; l < 4; ++l, y += 8) {
+                const int index = q[l] | ((x[i].qh[ib] << (8 - 2 * l)) & 0x300);
+                signed_grid(db[l / 2], kIq2SGrid[index], signs[l], y);
+            }
+        }
+    }
+}
+
+// 64 index bytes (4 weights each), then per 32 weights a u32 of four 7-bit signs and a 4-bit scale on top.
+void dequantize_iq3_xxs(const BlockIq3Xxs *x, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i) {
+        const float d = fp16_to_f32(x[i].d);
+        const uint8_t *q = x[i].qs;
+        for (int ib = 0; ib < kQKK / 32; ++ib, q += 8) {
+            const uint32_t signs_scale = load_u32(x[i].qs + kQKK / 4 + 4 * ib);
+            const float db = d * (0.5f + static_cast<float>(signs_scale >> 28)) * 0.5f;
+            for (int l = 0; l < 4; ++l, y += 8) {
+                const uint8_t signs = even_signs((signs_scale >> (7 * l)) & 127);
+                signed_grid(db, kIq3XxsGrid[q[2 * l]], signs, y, 4);
+                signed_grid(db, kIq3XxsGrid[q[2 * l + 1]], static_cast<uint8_t>(signs >> 4), y + 4, 4);
+            }
+        }
+    }
+}
+
+// 64 low index bytes, a qh byte per 32 weights (one high index bit per 4), a full sign byte per 8, and a 4-bit
+// scale per 32 (db = d (1 + 2 s)).
+void dequantize_iq3_s(const BlockIq3S *x, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i) {
+        const float d = fp16_to_f32(x[i].d);
+        const uint8_t *q = x[i].qs;
+        const uint8_t *signs = x[i].signs;
+        for (int ib = 0; ib < kQKK / 32; ++ib, q += 8, signs += 4) {
+            const int s = ib % 2 ? x[i].scales[ib / 2] >> 4 : x[i].scales[ib / 2] & 0x0F;
+            const float db = d * static_cast<float>(1 + 2 * s);
+            const int qh = x[i].qh[ib];
+            for (int l = 0; l < 4; ++l, y += 8) {
+                signed_grid(db, kIq3SGrid[q[2 * l] | ((qh << (8 - 2 * l)) & 256)], signs[l], y, 4);
+                signed_grid(db, kIq3SGrid[q[2 * l + 1] | ((qh << (7 - 2 * l)) & 256)],
+                            static_cast<uint8_t>(signs[l] >> 4), y + 4, 4);
+            }
+        }
+    }
+}
+
+// y[j] = dl * (grid[j] + delta) for the 8 weights of one IQ1 grid entry (signed bytes).
+void delta_grid(float dl, uint64_t entry, float delta, float *y) {
+    for (int j = 0; j < 8; ++j) y[j] = dl * (static_cast<float>(static_cast<int8_t>(grid_byte(entry, j))) + delta);
+}
+
+// 32 low index bytes; per 32 weights a u16: 3 high index bits per 8 weights, a 3-bit scale, the delta's sign.
+void dequantize_iq1_s(const BlockIq1S *x, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i) {
+        const float d = fp16_to_f32(x[i].d);
+        for (int ib = 0; ib < kQKK / 32; ++ib) {
+            const uint16_t qh = x[i].qh[ib];
+            const float dl = d * static_cast<float>(2 * ((qh >> 12) & 7) + 1);
+            const float delta = qh & 0x8000 ? -kIq1Delta : kIq1Delta;
+            for (int l = 0; l < 4; ++l, y += 8)
+                delta_grid(dl, kIq1SGrid[x[i].qs[4 * ib + l] | (((qh >> (3 * l)) & 7) << 8)], delta, y);
+        }
+    }
+}
+
+// No block scale field: its f16 is the top nibbles of the four u16 scale words, whose other 12 bits are 3-bit
+// scales per 16 weights. Per 8 weights a qh nibble: 3 high index bits and the delta's sign.
+void dequantize_iq1_m(const BlockIq1M *x, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i) {
+        uint16_t sc[4];
+        std::memcpy(sc, x[i].scales, sizeof sc);
+        const uint16_t scale_bits = static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) |
+                                                          ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
+        const float d = fp16_to_f32(scale_bits);
+        for (int ib = 0; ib < kQKK / 32; ++ib) {
+            const int shift = 6 * (ib % 2);
+            const float dl[2] = {d * static_cast<float>(2 * ((sc[ib / 2] >> shift) & 7) + 1),
+                                 d * static_cast<float>(2 * ((sc[ib / 2] >> (shift + 3)) & 7) + 1)};
+            for (int l = 0; l < 4; ++l, y += 8) {
+                const int qh = x[i].qh[2 * ib + l / 2] >> (4 * (l % 2));
+                const int index = x[i].qs[4 * ib + l] | ((qh & 7) << 8);
+                delta_grid(dl[l / 2], kIq1SGrid[index], qh & 8 ? -kIq1Delta : kIq1Delta, y);
+            }
+        }
+    }
+}
+
 // Plain element types (integers, f64): converted to the nearest float. Unaligned-safe.
 template <typename T>
 void convert_plain(const void *src, float *dst, int64_t n) {
@@ -245,6 +385,8 @@ bool can_dequantize(int32_t type) {
         case KT_TYPE_Q8_0: case KT_TYPE_Q8_1: case KT_TYPE_IQ4_NL: case KT_TYPE_MXFP4:
         case KT_TYPE_Q2_K: case KT_TYPE_Q3_K: case KT_TYPE_Q4_K: case KT_TYPE_Q5_K:
         case KT_TYPE_Q6_K: case KT_TYPE_Q8_K: case KT_TYPE_IQ4_XS:
+        case KT_TYPE_IQ2_XXS: case KT_TYPE_IQ2_XS: case KT_TYPE_IQ2_S: case KT_TYPE_IQ3_XXS: case KT_TYPE_IQ3_S:
+        case KT_TYPE_IQ1_S: case KT_TYPE_IQ1_M:
         case KT_TYPE_I8: case KT_TYPE_I16: case KT_TYPE_I32: case KT_TYPE_I64: case KT_TYPE_F64:
             return true;
         default:
@@ -286,6 +428,13 @@ void dequantize_row(int32_t type, const void *src, float *dst, int64_t n) {
         case KT_TYPE_Q6_K: dequantize_q6_k(static_cast<const BlockQ6_K *>(src), dst, nb256); return;
         case KT_TYPE_Q8_K: dequantize_q8_k(static_cast<const BlockQ8_K *>(src), dst, nb256); return;
         case KT_TYPE_IQ4_XS: dequantize_iq4_xs(static_cast<const BlockIq4Xs *>(src), dst, nb256); return;
+        case KT_TYPE_IQ2_XXS: dequantize_iq2_xxs(static_cast<const BlockIq2Xxs *>(src), dst, nb256); return;
+        case KT_TYPE_IQ2_XS: dequantize_iq2_xs(static_cast<const BlockIq2Xs *>(src), dst, nb256); return;
+        case KT_TYPE_IQ2_S: dequantize_iq2_s(static_cast<const BlockIq2S *>(src), dst, nb256); return;
+        case KT_TYPE_IQ3_XXS: dequantize_iq3_xxs(static_cast<const BlockIq3Xxs *>(src), dst, nb256); return;
+        case KT_TYPE_IQ3_S: dequantize_iq3_s(static_cast<const BlockIq3S *>(src), dst, nb256); return;
+        case KT_TYPE_IQ1_S: dequantize_iq1_s(static_cast<const BlockIq1S *>(src), dst, nb256); return;
+        case KT_TYPE_IQ1_M: dequantize_iq1_m(static_cast<const BlockIq1M *>(src), dst, nb256); return;
         default: return;
     }
 }

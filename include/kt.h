@@ -151,7 +151,7 @@ KT_API void kt_log_set(kt_log_callback callback, void *user_data, int32_t max_le
 #define KT_TYPE_Q5_K 13
 #define KT_TYPE_Q6_K 14
 #define KT_TYPE_Q8_K 15
-#define KT_TYPE_IQ2_XXS 16 /* IQ1_S, IQ1_M, IQ2_*, IQ3_*: the grid formats (dequantized; computed as Q8_0) */
+#define KT_TYPE_IQ2_XXS 16 /* IQ1_*, IQ2_*, IQ3_*: the grid formats (see KT_KERNELS_AUTO for how they compute) */
 #define KT_TYPE_IQ2_XS 17
 #define KT_TYPE_IQ3_XXS 18
 #define KT_TYPE_IQ1_S 19
@@ -575,8 +575,9 @@ typedef int32_t (*kt_abort_callback)(void *user_data);
 
 #define KT_KERNELS_AUTO 0       /* the expert engine's kernels for the best ISA this CPU allows: weights kept in their
                                    GGUF format where a kernel reads it (Q2_K Q3_K Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K
-                                   Q5_K Q6_K IQ4_NL IQ4_XS MXFP4 BF16), F32/F16 as BF16, other formats (the
-                                   IQ1-IQ3 grid formats among them) as Q8_0;
+                                   Q5_K Q6_K IQ4_NL IQ4_XS MXFP4 BF16), IQ3_XXS and IQ3_S exactly in Q6_K's
+                                   and Q5_K's fields, F32/F16 as BF16, other formats (IQ1_*, IQ2_* among them)
+                                   as Q8_0;
                                    activations quantized to int8 per token */
 #define KT_KERNELS_REFERENCE 1  /* exact dequantization and f32 arithmetic everywhere: slow; for validation (it
                                    reproduces llama.cpp's f32 logits to ~1e-6) */

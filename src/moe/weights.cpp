@@ -98,6 +98,9 @@ bool native_packed_type(int32_t gguf_type, PackedType *out) {
         case KT_TYPE_IQ4_XS: *out = PackedType::kIq4Xs; return true;
         case KT_TYPE_MXFP4: *out = PackedType::kMxfp4; return true;
         case KT_TYPE_BF16: *out = PackedType::kBf16; return true;
+        // Two grid formats held exactly by a K-quant's fields (decode_grid_row), in fewer bits than Q8_0's 8.5.
+        case KT_TYPE_IQ3_XXS: *out = PackedType::kQ6_K; return true;
+        case KT_TYPE_IQ3_S: *out = PackedType::kQ5_K; return true;
         default: return false;
     }
 }
@@ -175,6 +178,50 @@ struct RowScratch {
     std::vector<uint8_t> u8_group, u8_group2;
     std::vector<int8_t> i8_group;
 };
+
+// IQ3_XXS and IQ3_S rows as the fields of the K-quant that holds them exactly, with integer scales:
+//   IQ3_XXS: w = d (2 ls + 1) / 4 * v, v = +-4 .. +-62 and even  ->  Q6_K: d / 2, sc = 2 ls + 1 per 16, q = 32 + v / 2;
+//   IQ3_S:   w = d (1 + 2 s) * v,     v = +-1 .. +-15 and odd   ->  Q5_K: d, dmin = 16 d, sc = m = 1 + 2 s, q = 16 + v.
+// 6.56 and 5.5 bits a weight where a Q8_0 conversion takes 8.5 (the files hold 3.06 and 3.44). Exact but for two
+// f16 roundings: d / 2 where d is below 2^-13 (subnormal halves), and 16 d above 4,094 (infinite).
+void decode_grid_row(int32_t type, const uint8_t *p, int64_t nsb, RowScratch *s, cpu::RowFields *f) {
+    int8_t values[ref::kQKK];
+    uint8_t scale_codes[ref::kQKK / 32];
+    s->codes.resize(static_cast<size_t>(nsb * ref::kQKK));
+    s->f16_super.resize(static_cast<size_t>(nsb));
+    if (type == KT_TYPE_IQ3_XXS) {
+        s->i8_group.resize(static_cast<size_t>(nsb * 16));
+        for (int64_t b = 0; b < nsb; ++b) {
+            ref::BlockIq3Xxs blk;
+            std::memcpy(&blk, p + b * sizeof blk, sizeof blk);
+            ref::iq3_xxs_values(&blk, values, scale_codes);
+            s->f16_super[static_cast<size_t>(b)] = f32_to_fp16(fp16_to_f32(blk.d) * 0.5f);
+            for (int g = 0; g < 16; ++g) s->i8_group[static_cast<size_t>(b * 16 + g)] = static_cast<int8_t>(2 * scale_codes[g / 2] + 1);
+            for (int i = 0; i < ref::kQKK; ++i) s->codes[static_cast<size_t>(b * ref::kQKK + i)] = static_cast<uint8_t>(32 + values[i] / 2);
+        }
+        f->i8_group = s->i8_group.data();
+    } else {  // IQ3_S
+        s->f16_super2.resize(static_cast<size_t>(nsb));
+        s->u8_group.resize(static_cast<size_t>(nsb * 8));
+        s->u8_group2.resize(static_cast<size_t>(nsb * 8));
+        for (int64_t b = 0; b < nsb; ++b) {
+            ref::BlockIq3S blk;
+            std::memcpy(&blk, p + b * sizeof blk, sizeof blk);
+            ref::iq3_s_values(&blk, values, scale_codes);
+            s->f16_super[static_cast<size_t>(b)] = blk.d;
+            s->f16_super2[static_cast<size_t>(b)] = f32_to_fp16(fp16_to_f32(blk.d) * 16.0f);
+            for (int g = 0; g < 8; ++g)
+                s->u8_group[static_cast<size_t>(b * 8 + g)] = s->u8_group2[static_cast<size_t>(b * 8 + g)] =
+                    static_cast<uint8_t>(2 * scale_codes[g] + 1);
+            for (int i = 0; i < ref::kQKK; ++i) s->codes[static_cast<size_t>(b * ref::kQKK + i)] = static_cast<uint8_t>(16 + values[i]);
+        }
+        f->u8_group = s->u8_group.data();
+        f->u8_group2 = s->u8_group2.data();
+        f->f16_super2 = s->f16_super2.data();
+    }
+    f->codes = s->codes.data();
+    f->f16_super = s->f16_super.data();
+}
 
 // Fills the whole-row fields for `row` of src as spec.type; *fields points at element/group/super-block 0.
 void decode_row(const MatrixSource &src, const PackSpec &spec, int64_t row, RowScratch *s, cpu::RowFields *f) {
@@ -303,6 +350,7 @@ void decode_row(const MatrixSource &src, const PackSpec &spec, int64_t row, RowS
 
     // Super-block formats.
     const int64_t nsb = n / ref::kQKK;
+    if (src.type == KT_TYPE_IQ3_XXS || src.type == KT_TYPE_IQ3_S) return decode_grid_row(src.type, p, nsb, s, f);
     s->codes.resize(static_cast<size_t>(n));
     s->f16_super.resize(static_cast<size_t>(nsb));
     uint8_t *codes = s->codes.data();

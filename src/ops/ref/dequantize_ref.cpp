@@ -287,39 +287,28 @@ void dequantize_iq2_s(const BlockIq2S *x, float *y, int64_t nb) {
     }
 }
 
-// 64 index bytes (4 weights each), then per 32 weights a u32 of four 7-bit signs and a 4-bit scale on top.
 void dequantize_iq3_xxs(const BlockIq3Xxs *x, float *y, int64_t nb) {
+    int8_t values[kQKK];
+    uint8_t scales[kQKK / 32];
     for (int64_t i = 0; i < nb; ++i) {
+        iq3_xxs_values(&x[i], values, scales);
         const float d = fp16_to_f32(x[i].d);
-        const uint8_t *q = x[i].qs;
-        for (int ib = 0; ib < kQKK / 32; ++ib, q += 8) {
-            const uint32_t signs_scale = load_u32(x[i].qs + kQKK / 4 + 4 * ib);
-            const float db = d * (0.5f + static_cast<float>(signs_scale >> 28)) * 0.5f;
-            for (int l = 0; l < 4; ++l, y += 8) {
-                const uint8_t signs = even_signs((signs_scale >> (7 * l)) & 127);
-                signed_grid(db, kIq3XxsGrid[q[2 * l]], signs, y, 4);
-                signed_grid(db, kIq3XxsGrid[q[2 * l + 1]], static_cast<uint8_t>(signs >> 4), y + 4, 4);
-            }
+        for (int ib = 0; ib < kQKK / 32; ++ib) {
+            const float db = d * (0.5f + static_cast<float>(scales[ib])) * 0.5f;
+            for (int j = 0; j < 32; ++j) *y++ = db * static_cast<float>(values[32 * ib + j]);  // = db * g * (+-1)
         }
     }
 }
 
-// 64 low index bytes, a qh byte per 32 weights (one high index bit per 4), a full sign byte per 8, and a 4-bit
-// scale per 32 (db = d (1 + 2 s)).
 void dequantize_iq3_s(const BlockIq3S *x, float *y, int64_t nb) {
+    int8_t values[kQKK];
+    uint8_t scales[kQKK / 32];
     for (int64_t i = 0; i < nb; ++i) {
+        iq3_s_values(&x[i], values, scales);
         const float d = fp16_to_f32(x[i].d);
-        const uint8_t *q = x[i].qs;
-        const uint8_t *signs = x[i].signs;
-        for (int ib = 0; ib < kQKK / 32; ++ib, q += 8, signs += 4) {
-            const int s = ib % 2 ? x[i].scales[ib / 2] >> 4 : x[i].scales[ib / 2] & 0x0F;
-            const float db = d * static_cast<float>(1 + 2 * s);
-            const int qh = x[i].qh[ib];
-            for (int l = 0; l < 4; ++l, y += 8) {
-                signed_grid(db, kIq3SGrid[q[2 * l] | ((qh << (8 - 2 * l)) & 256)], signs[l], y, 4);
-                signed_grid(db, kIq3SGrid[q[2 * l + 1] | ((qh << (7 - 2 * l)) & 256)],
-                            static_cast<uint8_t>(signs[l] >> 4), y + 4, 4);
-            }
+        for (int ib = 0; ib < kQKK / 32; ++ib) {
+            const float db = d * static_cast<float>(1 + 2 * scales[ib]);
+            for (int j = 0; j < 32; ++j) *y++ = db * static_cast<float>(values[32 * ib + j]);
         }
     }
 }
@@ -377,6 +366,41 @@ void convert_plain(const void *src, float *dst, int64_t n) {
 }
 
 }  // namespace
+
+// 64 index bytes (4 weights each), then per 32 weights a u32 of four 7-bit signs and a 4-bit scale ls on top.
+void iq3_xxs_values(const BlockIq3Xxs *block, int8_t values[kQKK], uint8_t scale_codes[kQKK / 32]) {
+    const uint8_t *q = block->qs;
+    for (int ib = 0; ib < kQKK / 32; ++ib, q += 8) {
+        const uint32_t signs_scale = load_u32(block->qs + kQKK / 4 + 4 * ib);
+        scale_codes[ib] = static_cast<uint8_t>(signs_scale >> 28);
+        for (int l = 0; l < 8; ++l) {
+            const uint8_t signs = even_signs((signs_scale >> (7 * (l / 2))) & 127);
+            const uint32_t entry = kIq3XxsGrid[q[l]];
+            for (int j = 0; j < 4; ++j) {
+                const int g = static_cast<int>((entry >> (8 * j)) & 0xFF);
+                values[32 * ib + 4 * l + j] = static_cast<int8_t>((signs >> (4 * (l % 2) + j)) & 1 ? -g : g);
+            }
+        }
+    }
+}
+
+// 64 low index bytes, a qh byte per 32 weights (one high index bit per 4), a full sign byte per 8, and a 4-bit
+// scale s per 32.
+void iq3_s_values(const BlockIq3S *block, int8_t values[kQKK], uint8_t scale_codes[kQKK / 32]) {
+    const uint8_t *q = block->qs;
+    const uint8_t *signs = block->signs;
+    for (int ib = 0; ib < kQKK / 32; ++ib, q += 8, signs += 4) {
+        scale_codes[ib] = static_cast<uint8_t>(ib % 2 ? block->scales[ib / 2] >> 4 : block->scales[ib / 2] & 0x0F);
+        const int qh = block->qh[ib];
+        for (int l = 0; l < 8; ++l) {
+            const uint32_t entry = kIq3SGrid[q[l] | ((qh << (8 - l)) & 256)];
+            for (int j = 0; j < 4; ++j) {
+                const int g = static_cast<int>((entry >> (8 * j)) & 0xFF);
+                values[32 * ib + 4 * l + j] = static_cast<int8_t>((signs[l / 2] >> (4 * (l % 2) + j)) & 1 ? -g : g);
+            }
+        }
+    }
+}
 
 bool can_dequantize(int32_t type) {
     switch (type) {

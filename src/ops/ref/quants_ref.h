@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "kt.h"
+#include "ops/ref/blocks.h"
 
 namespace kt::ref {
 
@@ -22,6 +23,13 @@ bool can_dequantize(int32_t type);
 // Dequantizes n elements (n a multiple of the type's block size) from src to dst. Precondition:
 // can_dequantize(type); callers validate shapes first.
 void dequantize_row(int32_t type, const void *src, float *dst, int64_t n);
+
+// IQ3_XXS and IQ3_S blocks as integers: the signed grid value of each of the 256 weights and the 4-bit scale code
+// of each 32. IQ3_XXS: weight = d (0.5 + code) / 2 * value (value +-4 .. +-62, even); IQ3_S: weight = d (1 + 2 code)
+// * value (value odd, +-1 .. +-15). The dequantizers use them; so does moe/weights.cpp, which keeps the two as
+// Q6_K and Q5_K fields.
+void iq3_xxs_values(const BlockIq3Xxs *block, int8_t values[kQKK], uint8_t scale_codes[kQKK / 32]);
+void iq3_s_values(const BlockIq3S *block, int8_t values[kQKK], uint8_t scale_codes[kQKK / 32]);
 
 // True for the types quantize_row produces: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, IQ4_NL, Q2_K,
 // Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_XS, MXFP4.

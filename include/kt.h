@@ -575,9 +575,9 @@ typedef int32_t (*kt_abort_callback)(void *user_data);
 
 #define KT_KERNELS_AUTO 0       /* the expert engine's kernels for the best ISA this CPU allows: weights kept in their
                                    GGUF format where a kernel reads it (Q2_K Q3_K Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K
-                                   Q5_K Q6_K IQ4_NL IQ4_XS MXFP4 BF16), IQ3_XXS and IQ3_S exactly in Q6_K's
-                                   and Q5_K's fields, F32/F16 as BF16, other formats (IQ1_*, IQ2_* among them)
-                                   as Q8_0;
+                                   Q5_K Q6_K IQ4_NL IQ4_XS MXFP4 BF16), IQ3_XXS IQ3_S IQ1_S IQ1_M exactly in
+                                   Q6_K's, Q5_K's, Q4_K's and Q6_K's fields, F32/F16 as BF16, other formats (the
+                                   IQ2 ones among them) as Q8_0;
                                    activations quantized to int8 per token */
 #define KT_KERNELS_REFERENCE 1  /* exact dequantization and f32 arithmetic everywhere: slow; for validation (it
                                    reproduces llama.cpp's f32 logits to ~1e-6) */

@@ -98,9 +98,11 @@ bool native_packed_type(int32_t gguf_type, PackedType *out) {
         case KT_TYPE_IQ4_XS: *out = PackedType::kIq4Xs; return true;
         case KT_TYPE_MXFP4: *out = PackedType::kMxfp4; return true;
         case KT_TYPE_BF16: *out = PackedType::kBf16; return true;
-        // Two grid formats held exactly by a K-quant's fields (decode_grid_row), in fewer bits than Q8_0's 8.5.
+        // Grid formats held exactly by a K-quant's fields (decode_grid_row), in fewer bits than Q8_0's 8.5.
         case KT_TYPE_IQ3_XXS: *out = PackedType::kQ6_K; return true;
         case KT_TYPE_IQ3_S: *out = PackedType::kQ5_K; return true;
+        case KT_TYPE_IQ1_S: *out = PackedType::kQ4_K; return true;
+        case KT_TYPE_IQ1_M: *out = PackedType::kQ6_K; return true;
         default: return false;
     }
 }
@@ -179,47 +181,82 @@ struct RowScratch {
     std::vector<int8_t> i8_group;
 };
 
-// IQ3_XXS and IQ3_S rows as the fields of the K-quant that holds them exactly, with integer scales:
-//   IQ3_XXS: w = d (2 ls + 1) / 4 * v, v = +-4 .. +-62 and even  ->  Q6_K: d / 2, sc = 2 ls + 1 per 16, q = 32 + v / 2;
-//   IQ3_S:   w = d (1 + 2 s) * v,     v = +-1 .. +-15 and odd   ->  Q5_K: d, dmin = 16 d, sc = m = 1 + 2 s, q = 16 + v.
-// 6.56 and 5.5 bits a weight where a Q8_0 conversion takes 8.5 (the files hold 3.06 and 3.44). Exact but for two
-// f16 roundings: d / 2 where d is below 2^-13 (subnormal halves), and 16 d above 4,094 (infinite).
+// Grid-format rows as the fields of the K-quant that holds them exactly, with integer scales (ops/ref decodes the
+// blocks to integers: v a signed grid value, e eighths, s a scale code):
+//   IQ3_XXS: w = d (2 s + 1) / 4 * v, v = +-4 .. +-62, even  ->  Q6_K: d / 2, sc = 2 s + 1 per 16, q = 32 + v / 2;
+//   IQ3_S:   w = d (2 s + 1) * v, v = +-1 .. +-15, odd       ->  Q5_K: d, dmin = 16 d, sc = m = 2 s + 1, q = 16 + v;
+//   IQ1_M:   w = d (2 s + 1) / 8 * e, e = 8 g +- 1 (g = -1, 0, 1), s per 16  ->  Q6_K: d / 8, sc = 2 s + 1, q = 32 + e;
+//   IQ1_S:   as IQ1_M with s per 32 and one delta sign per 32: w = d (2 s + 1) (g + 1) - d / 8 (2 s + 1) (8 - delta8)
+//            ->  Q4_K: d, dmin = d / 8, sc = 2 s + 1, m = (2 s + 1)(8 - delta8) (7 or 9 times sc: up to 135 in the u8
+//            the kernels read), q = g + 1.
+// 6.56, 5.5, 6.56 and 4.5 bits a weight where the Q8_0 conversion takes 8.5. Exact but for f16 roundings at the
+// edges of its range: d / 2 and d / 8 where they fall below f16's normal numbers, 16 d above 4,094 (infinite).
 void decode_grid_row(int32_t type, const uint8_t *p, int64_t nsb, RowScratch *s, cpu::RowFields *f) {
     int8_t values[ref::kQKK];
-    uint8_t scale_codes[ref::kQKK / 32];
+    uint8_t scale_codes[ref::kQKK / 16];
     s->codes.resize(static_cast<size_t>(nsb * ref::kQKK));
     s->f16_super.resize(static_cast<size_t>(nsb));
-    if (type == KT_TYPE_IQ3_XXS) {
+    uint8_t *codes = s->codes.data();
+    auto scaled_f16 = [](uint16_t d, float factor) { return f32_to_fp16(fp16_to_f32(d) * factor); };
+    if (type == KT_TYPE_IQ3_XXS || type == KT_TYPE_IQ1_M) {  // Q6_K fields
         s->i8_group.resize(static_cast<size_t>(nsb * 16));
         for (int64_t b = 0; b < nsb; ++b) {
-            ref::BlockIq3Xxs blk;
-            std::memcpy(&blk, p + b * sizeof blk, sizeof blk);
-            ref::iq3_xxs_values(&blk, values, scale_codes);
-            s->f16_super[static_cast<size_t>(b)] = f32_to_fp16(fp16_to_f32(blk.d) * 0.5f);
-            for (int g = 0; g < 16; ++g) s->i8_group[static_cast<size_t>(b * 16 + g)] = static_cast<int8_t>(2 * scale_codes[g / 2] + 1);
-            for (int i = 0; i < ref::kQKK; ++i) s->codes[static_cast<size_t>(b * ref::kQKK + i)] = static_cast<uint8_t>(32 + values[i] / 2);
+            uint8_t *c = codes + b * ref::kQKK;
+            int8_t *sc = s->i8_group.data() + b * 16;
+            if (type == KT_TYPE_IQ3_XXS) {
+                ref::BlockIq3Xxs blk;
+                std::memcpy(&blk, p + b * sizeof blk, sizeof blk);
+                ref::iq3_xxs_values(&blk, values, scale_codes);
+                s->f16_super[static_cast<size_t>(b)] = scaled_f16(blk.d, 0.5f);
+                for (int g = 0; g < 16; ++g) sc[g] = static_cast<int8_t>(2 * scale_codes[g / 2] + 1);
+                for (int i = 0; i < ref::kQKK; ++i) c[i] = static_cast<uint8_t>(32 + values[i] / 2);
+            } else {
+                ref::BlockIq1M blk;
+                std::memcpy(&blk, p + b * sizeof blk, sizeof blk);
+                s->f16_super[static_cast<size_t>(b)] = scaled_f16(ref::iq1_m_values(&blk, values, scale_codes), 0.125f);
+                for (int g = 0; g < 16; ++g) sc[g] = static_cast<int8_t>(2 * scale_codes[g] + 1);
+                for (int i = 0; i < ref::kQKK; ++i) c[i] = static_cast<uint8_t>(32 + values[i]);
+            }
         }
         f->i8_group = s->i8_group.data();
-    } else {  // IQ3_S
+    } else {  // IQ3_S, IQ1_S: Q5_K / Q4_K fields
         s->f16_super2.resize(static_cast<size_t>(nsb));
         s->u8_group.resize(static_cast<size_t>(nsb * 8));
         s->u8_group2.resize(static_cast<size_t>(nsb * 8));
         for (int64_t b = 0; b < nsb; ++b) {
-            ref::BlockIq3S blk;
-            std::memcpy(&blk, p + b * sizeof blk, sizeof blk);
-            ref::iq3_s_values(&blk, values, scale_codes);
-            s->f16_super[static_cast<size_t>(b)] = blk.d;
-            s->f16_super2[static_cast<size_t>(b)] = f32_to_fp16(fp16_to_f32(blk.d) * 16.0f);
-            for (int g = 0; g < 8; ++g)
-                s->u8_group[static_cast<size_t>(b * 8 + g)] = s->u8_group2[static_cast<size_t>(b * 8 + g)] =
-                    static_cast<uint8_t>(2 * scale_codes[g] + 1);
-            for (int i = 0; i < ref::kQKK; ++i) s->codes[static_cast<size_t>(b * ref::kQKK + i)] = static_cast<uint8_t>(16 + values[i]);
+            uint8_t *c = codes + b * ref::kQKK;
+            uint8_t *sc = s->u8_group.data() + b * 8, *m = s->u8_group2.data() + b * 8;
+            uint16_t d;
+            if (type == KT_TYPE_IQ3_S) {
+                ref::BlockIq3S blk;
+                std::memcpy(&blk, p + b * sizeof blk, sizeof blk);
+                ref::iq3_s_values(&blk, values, scale_codes);
+                d = blk.d;
+                s->f16_super2[static_cast<size_t>(b)] = scaled_f16(d, 16.0f);
+                for (int g = 0; g < 8; ++g) sc[g] = m[g] = static_cast<uint8_t>(2 * scale_codes[g] + 1);
+                for (int i = 0; i < ref::kQKK; ++i) c[i] = static_cast<uint8_t>(16 + values[i]);
+            } else {
+                ref::BlockIq1S blk;
+                std::memcpy(&blk, p + b * sizeof blk, sizeof blk);
+                ref::iq1_s_values(&blk, values, scale_codes);
+                d = blk.d;
+                s->f16_super2[static_cast<size_t>(b)] = scaled_f16(d, 0.125f);
+                for (int g = 0; g < 8; ++g) {
+                    const int8_t *e = values + 32 * g;
+                    const int grid0 = (e[0] + 12) / 8 - 1;  // g = round(e / 8): e = 8 g +- 1
+                    const int delta8 = e[0] - 8 * grid0;    // the group's delta sign, +-1
+                    sc[g] = static_cast<uint8_t>(2 * scale_codes[g] + 1);
+                    m[g] = static_cast<uint8_t>(sc[g] * (8 - delta8));
+                    for (int j = 0; j < 32; ++j) c[32 * g + j] = static_cast<uint8_t>((e[j] + 12) / 8);  // g + 1
+                }
+            }
+            s->f16_super[static_cast<size_t>(b)] = d;
         }
         f->u8_group = s->u8_group.data();
         f->u8_group2 = s->u8_group2.data();
         f->f16_super2 = s->f16_super2.data();
     }
-    f->codes = s->codes.data();
+    f->codes = codes;
     f->f16_super = s->f16_super.data();
 }
 
@@ -350,7 +387,8 @@ void decode_row(const MatrixSource &src, const PackSpec &spec, int64_t row, RowS
 
     // Super-block formats.
     const int64_t nsb = n / ref::kQKK;
-    if (src.type == KT_TYPE_IQ3_XXS || src.type == KT_TYPE_IQ3_S) return decode_grid_row(src.type, p, nsb, s, f);
+    if (src.type == KT_TYPE_IQ3_XXS || src.type == KT_TYPE_IQ3_S || src.type == KT_TYPE_IQ1_S || src.type == KT_TYPE_IQ1_M)
+        return decode_grid_row(src.type, p, nsb, s, f);
     s->codes.resize(static_cast<size_t>(n));
     s->f16_super.resize(static_cast<size_t>(nsb));
     uint8_t *codes = s->codes.data();

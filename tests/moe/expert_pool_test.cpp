@@ -90,7 +90,9 @@ const FormatCase kFormats[] = {
     {"Q8_K as stored (becomes Q8_0)", KT_TYPE_Q8_K, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 256, 256, 0.05},
     {"IQ3_XXS (held exactly as Q6_K)", KT_TYPE_IQ3_XXS, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 256, 256, 0.05},
     {"IQ3_S (held exactly as Q5_K)", KT_TYPE_IQ3_S, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 512, 256, 0.05},
-    {"IQ1_M (a grid format: becomes Q8_0)", KT_TYPE_IQ1_M, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 256, 512, 0.05},
+    {"IQ1_M (held exactly as Q6_K)", KT_TYPE_IQ1_M, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 256, 512, 0.05},
+    {"IQ1_S (held exactly as Q4_K, mins above Q4_K's 63)", KT_TYPE_IQ1_S, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 512, 256, 0.05},
+    {"IQ2_XXS (a grid format: becomes Q8_0)", KT_TYPE_IQ2_XXS, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 256, 256, 0.05},
     {"Q4_K converted to INT8", KT_TYPE_Q4_K, KT_EXPERT_WEIGHTS_INT8, 0, 256, 256, 0.05},
 };
 
@@ -165,16 +167,11 @@ TEST_CASE("expert pool: 512 tokens with top-8") {
 
 namespace {
 
-// The Q6_K block holding an IQ3_XXS block's weights: d / 2, sc = 2 ls + 1 per 16, q = 32 + value / 2.
-ref::BlockQ6_K q6_k_of(const ref::BlockIq3Xxs &x) {
-    int8_t v[256];
-    uint8_t ls[8];
-    ref::iq3_xxs_values(&x, v, ls);
-    uint8_t q[256];
-    for (int i = 0; i < 256; ++i) q[i] = static_cast<uint8_t>(32 + v[i] / 2);
+// A Q6_K block of super-block scale d, scales sc per 16 and codes q (0..63), laid out as GGUF stores them.
+ref::BlockQ6_K q6_k_block(uint16_t d, const int8_t sc[16], const uint8_t q[256]) {
     ref::BlockQ6_K b{};
-    b.d = f32_to_fp16(fp16_to_f32(x.d) * 0.5f);
-    for (int g = 0; g < 16; ++g) b.scales[g] = static_cast<int8_t>(2 * ls[g / 2] + 1);
+    b.d = d;
+    std::memcpy(b.scales, sc, 16);
     for (int half = 0; half < 2; ++half) {
         const uint8_t *y = q + 128 * half;
         for (int l = 0; l < 32; ++l) {
@@ -185,6 +182,26 @@ ref::BlockQ6_K q6_k_of(const ref::BlockIq3Xxs &x) {
         }
     }
     return b;
+}
+
+// The Q6_K block holding an IQ3_XXS block's weights: d / 2, sc = 2 ls + 1 per 16, q = 32 + value / 2.
+ref::BlockQ6_K q6_k_of(const ref::BlockIq3Xxs &x) {
+    int8_t v[256], sc[16];
+    uint8_t ls[8], q[256];
+    ref::iq3_xxs_values(&x, v, ls);
+    for (int i = 0; i < 256; ++i) q[i] = static_cast<uint8_t>(32 + v[i] / 2);
+    for (int g = 0; g < 16; ++g) sc[g] = static_cast<int8_t>(2 * ls[g / 2] + 1);
+    return q6_k_block(f32_to_fp16(fp16_to_f32(x.d) * 0.5f), sc, q);
+}
+
+// The Q6_K block holding an IQ1_M block's weights: d / 8, sc = 2 s + 1 per 16, q = 32 + eighths.
+ref::BlockQ6_K q6_k_of_iq1_m(const ref::BlockIq1M &x) {
+    int8_t e[256], sc[16];
+    uint8_t s[16], q[256];
+    const uint16_t d = ref::iq1_m_values(&x, e, s);
+    for (int i = 0; i < 256; ++i) q[i] = static_cast<uint8_t>(32 + e[i]);
+    for (int g = 0; g < 16; ++g) sc[g] = static_cast<int8_t>(2 * s[g] + 1);
+    return q6_k_block(f32_to_fp16(fp16_to_f32(d) * 0.125f), sc, q);
 }
 
 // The Q5_K block holding an IQ3_S block's weights: d, dmin = 16 d, sc = m = 1 + 2 s per 32, q = 16 + value.
@@ -226,19 +243,22 @@ std::vector<uint8_t> reencode(const std::vector<uint8_t> &bytes, To (*convert)(c
 
 }  // namespace
 
-// IQ3_XXS and IQ3_S have no kernel of their own: kt keeps them in the fields of Q6_K and Q5_K, which hold their
-// weights exactly (moe/weights.cpp). The K-quant blocks built here from the same weights dequantize to the same
-// values as the grid blocks (both dequantizers are golden-tested against llama.cpp), and a pool of each must give
-// the same bits.
-TEST_CASE("expert pool: IQ3_XXS and IQ3_S compute bit for bit as the Q6_K and Q5_K files of the same weights") {
-    for (const int32_t type : {KT_TYPE_IQ3_XXS, KT_TYPE_IQ3_S}) {
+// IQ3_XXS, IQ3_S and IQ1_M have no kernel of their own: kt keeps them in the fields of Q6_K, Q5_K and Q6_K, which
+// hold their weights exactly (moe/weights.cpp). The K-quant blocks built here from the same weights dequantize to
+// the same values as the grid blocks (both dequantizers are golden-tested against llama.cpp), and a pool of each
+// must give the same bits. (IQ1_S's Q4_K fields carry mins above 63, which no GGUF Q4_K block holds: the test
+// against the math reference covers it.)
+TEST_CASE("expert pool: IQ3_XXS, IQ3_S and IQ1_M compute bit for bit as the K-quant files of the same weights") {
+    for (const int32_t type : {KT_TYPE_IQ3_XXS, KT_TYPE_IQ3_S, KT_TYPE_IQ1_M}) {
         INFO(kt_type_name(type));
         const int64_t hidden = 512, inter = 256;
         const ExpertWeights grid = make_experts(type, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, kExperts, hidden, inter, 4321);
         ExpertWeights k = grid;
-        k.src_type = type == KT_TYPE_IQ3_XXS ? KT_TYPE_Q6_K : KT_TYPE_Q5_K;
+        k.src_type = type == KT_TYPE_IQ3_S ? KT_TYPE_Q5_K : KT_TYPE_Q6_K;
         for (std::vector<uint8_t> *m : {&k.gate, &k.up, &k.down})
-            *m = type == KT_TYPE_IQ3_XXS ? reencode<ref::BlockIq3Xxs>(*m, q6_k_of) : reencode<ref::BlockIq3S>(*m, q5_k_of);
+            *m = type == KT_TYPE_IQ3_XXS ? reencode<ref::BlockIq3Xxs>(*m, q6_k_of)
+                 : type == KT_TYPE_IQ3_S ? reencode<ref::BlockIq3S>(*m, q5_k_of)
+                                         : reencode<ref::BlockIq1M>(*m, q6_k_of_iq1_m);
         // The same weights (compared as values: an IQ3 weight of d = 0 may be -0 where the K-quant's is +0).
         const std::vector<float> a = dequantize_rows(type, grid.down, kExperts * hidden, inter);
         const std::vector<float> b = dequantize_rows(k.src_type, k.down, kExperts * hidden, inter);

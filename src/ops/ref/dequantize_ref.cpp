@@ -313,43 +313,28 @@ void dequantize_iq3_s(const BlockIq3S *x, float *y, int64_t nb) {
     }
 }
 
-// y[j] = dl * (grid[j] + delta) for the 8 weights of one IQ1 grid entry (signed bytes).
-void delta_grid(float dl, uint64_t entry, float delta, float *y) {
-    for (int j = 0; j < 8; ++j) y[j] = dl * (static_cast<float>(static_cast<int8_t>(grid_byte(entry, j))) + delta);
-}
-
-// 32 low index bytes; per 32 weights a u16: 3 high index bits per 8 weights, a 3-bit scale, the delta's sign.
 void dequantize_iq1_s(const BlockIq1S *x, float *y, int64_t nb) {
+    int8_t eighths[kQKK];
+    uint8_t scales[kQKK / 32];
     for (int64_t i = 0; i < nb; ++i) {
+        iq1_s_values(&x[i], eighths, scales);
         const float d = fp16_to_f32(x[i].d);
         for (int ib = 0; ib < kQKK / 32; ++ib) {
-            const uint16_t qh = x[i].qh[ib];
-            const float dl = d * static_cast<float>(2 * ((qh >> 12) & 7) + 1);
-            const float delta = qh & 0x8000 ? -kIq1Delta : kIq1Delta;
-            for (int l = 0; l < 4; ++l, y += 8)
-                delta_grid(dl, kIq1SGrid[x[i].qs[4 * ib + l] | (((qh >> (3 * l)) & 7) << 8)], delta, y);
+            const float dl = d * static_cast<float>(2 * scales[ib] + 1);
+            // grid + delta, as ggml adds them, is exactly eighths / 8
+            for (int j = 0; j < 32; ++j) *y++ = dl * (static_cast<float>(eighths[32 * ib + j]) * 0.125f);
         }
     }
 }
 
-// No block scale field: its f16 is the top nibbles of the four u16 scale words, whose other 12 bits are 3-bit
-// scales per 16 weights. Per 8 weights a qh nibble: 3 high index bits and the delta's sign.
 void dequantize_iq1_m(const BlockIq1M *x, float *y, int64_t nb) {
+    int8_t eighths[kQKK];
+    uint8_t scales[kQKK / 16];
     for (int64_t i = 0; i < nb; ++i) {
-        uint16_t sc[4];
-        std::memcpy(sc, x[i].scales, sizeof sc);
-        const uint16_t scale_bits = static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) |
-                                                          ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
-        const float d = fp16_to_f32(scale_bits);
-        for (int ib = 0; ib < kQKK / 32; ++ib) {
-            const int shift = 6 * (ib % 2);
-            const float dl[2] = {d * static_cast<float>(2 * ((sc[ib / 2] >> shift) & 7) + 1),
-                                 d * static_cast<float>(2 * ((sc[ib / 2] >> (shift + 3)) & 7) + 1)};
-            for (int l = 0; l < 4; ++l, y += 8) {
-                const int qh = x[i].qh[2 * ib + l / 2] >> (4 * (l % 2));
-                const int index = x[i].qs[4 * ib + l] | ((qh & 7) << 8);
-                delta_grid(dl[l / 2], kIq1SGrid[index], qh & 8 ? -kIq1Delta : kIq1Delta, y);
-            }
+        const float d = fp16_to_f32(iq1_m_values(&x[i], eighths, scales));
+        for (int g = 0; g < kQKK / 16; ++g) {
+            const float dl = d * static_cast<float>(2 * scales[g] + 1);
+            for (int j = 0; j < 16; ++j) *y++ = dl * (static_cast<float>(eighths[16 * g + j]) * 0.125f);
         }
     }
 }
@@ -366,6 +351,36 @@ void convert_plain(const void *src, float *dst, int64_t n) {
 }
 
 }  // namespace
+
+// 32 low index bytes; per 32 weights a u16: 3 high index bits per 8 weights, a 3-bit scale, the delta's sign.
+void iq1_s_values(const BlockIq1S *block, int8_t eighths[kQKK], uint8_t scale_codes[kQKK / 32]) {
+    for (int ib = 0; ib < kQKK / 32; ++ib) {
+        const uint16_t qh = block->qh[ib];
+        scale_codes[ib] = static_cast<uint8_t>((qh >> 12) & 7);
+        const int delta = qh & 0x8000 ? -1 : 1;
+        for (int l = 0; l < 4; ++l) {
+            const uint64_t entry = kIq1SGrid[block->qs[4 * ib + l] | (((qh >> (3 * l)) & 7) << 8)];
+            for (int j = 0; j < 8; ++j)
+                eighths[32 * ib + 8 * l + j] = static_cast<int8_t>(8 * static_cast<int8_t>(grid_byte(entry, j)) + delta);
+        }
+    }
+}
+
+// No block scale field: its f16 is the top nibbles of the four u16 scale words, whose other 12 bits are 3-bit
+// scales per 16 weights. Per 8 weights a qh nibble: 3 high index bits and the delta's sign.
+uint16_t iq1_m_values(const BlockIq1M *block, int8_t eighths[kQKK], uint8_t scale_codes[kQKK / 16]) {
+    uint16_t sc[4];
+    std::memcpy(sc, block->scales, sizeof sc);
+    for (int g = 0; g < kQKK / 16; ++g) scale_codes[g] = static_cast<uint8_t>((sc[g / 4] >> (3 * (g % 4))) & 7);
+    for (int i8 = 0; i8 < kQKK / 8; ++i8) {
+        const int qh = block->qh[i8 / 2] >> (4 * (i8 % 2));
+        const uint64_t entry = kIq1SGrid[block->qs[i8] | ((qh & 7) << 8)];
+        const int delta = qh & 8 ? -1 : 1;
+        for (int j = 0; j < 8; ++j)
+            eighths[8 * i8 + j] = static_cast<int8_t>(8 * static_cast<int8_t>(grid_byte(entry, j)) + delta);
+    }
+    return static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
+}
 
 // 64 index bytes (4 weights each), then per 32 weights a u32 of four 7-bit signs and a 4-bit scale ls on top.
 void iq3_xxs_values(const BlockIq3Xxs *block, int8_t values[kQKK], uint8_t scale_codes[kQKK / 32]) {

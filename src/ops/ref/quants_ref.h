@@ -31,6 +31,12 @@ void dequantize_row(int32_t type, const void *src, float *dst, int64_t n);
 void iq3_xxs_values(const BlockIq3Xxs *block, int8_t values[kQKK], uint8_t scale_codes[kQKK / 32]);
 void iq3_s_values(const BlockIq3S *block, int8_t values[kQKK], uint8_t scale_codes[kQKK / 32]);
 
+// IQ1_S and IQ1_M blocks as integers: each weight in eighths, 8 (grid + delta) = 8 g +- 1 (-9 .. 9), and the 3-bit
+// scale code of each 32 (IQ1_S) or 16 (IQ1_M) weights: weight = d (2 code + 1) * eighths / 8. iq1_m_values returns
+// the block's f16 d (spread over its scale words).
+void iq1_s_values(const BlockIq1S *block, int8_t eighths[kQKK], uint8_t scale_codes[kQKK / 32]);
+uint16_t iq1_m_values(const BlockIq1M *block, int8_t eighths[kQKK], uint8_t scale_codes[kQKK / 16]);
+
 // True for the types quantize_row produces: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, IQ4_NL, Q2_K,
 // Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_XS, MXFP4.
 bool can_quantize(int32_t type);

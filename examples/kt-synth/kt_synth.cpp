@@ -14,13 +14,13 @@
 // statistics are those of independent rows; only exact repeats between rows distinguish the result from a fully
 // random model, which matters to nothing but compression.
 //
-// --type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, mxfp4, and
-// the grid formats iq1_s, iq1_m, iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s (every matrix in that type; kt cannot
-// quantize to the grid formats, so their rows are random bits scaled to the Gaussian's RMS), q4_k_m (llama-quantize's Q4_K_M mix as far as kt-synth reproduces it: see choose_type) or
-// mxfp4_moe (llama-quantize's MXFP4_MOE: experts MXFP4, every other matrix Q8_0; gpt-oss's default). Norms,
-// biases, attention sinks and the router stay F32, as llama-quantize keeps them. A row length the type cannot hold
-// falls back as llama-quantize does (Q4_K, Q5_K, Q6_K to Q5_0, Q5_1, Q8_0; Q2_K, Q3_K, IQ4_XS and the grid formats
-// to IQ4_NL; then F16).
+// --type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, mxfp4, and the
+// grid formats iq1_s, iq1_m, iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s (every matrix in that type; kt cannot quantize to
+// the grid formats, so their rows are random bits scaled to the Gaussian's RMS), q4_k_m (llama-quantize's Q4_K_M mix as
+// far as kt-synth reproduces it: see choose_type) or mxfp4_moe (llama-quantize's MXFP4_MOE: experts MXFP4, every other
+// matrix Q8_0; gpt-oss's default). Norms, biases, attention sinks and the router stay F32, as llama-quantize keeps
+// them. A row length the type cannot hold falls back as llama-quantize does (Q4_K, Q5_K, Q6_K to Q5_0, Q5_1, Q8_0;
+// Q2_K, Q3_K, IQ4_XS and the grid formats to IQ4_NL; then F16).
 // Presets of families with optional tensors write what the released models have: GLM's attention biases (and
 // q/k norms for GLM-4.5/4.6), gpt-oss's biases and sinks. GLM's NextN block is counted in block_count and
 // nextn_predict_layers as in the released files, but its tensors (which kt skips) are not written.
@@ -121,7 +121,7 @@ int usage(const char *message = nullptr) {
                  "  glm4moe:   --rope-dims N  --dense-lead N  --shared-experts N  --nextn N  --biases  --qk-norm\n"
                  "  gpt-oss:   --sliding-window N\n"
                  "  --type T           f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs mxfp4,\n"
-                 "                     iq1_s iq1_m iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s (random bits at a Gaussian's RMS),\n"
+                 "                     iq1_s iq1_m iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s (random, at a Gaussian's RMS),\n"
                  "                     q4_k_m (default) or mxfp4_moe (experts MXFP4, the rest Q8_0; gpt-oss's default)\n"
                  "  --seed N           (default 1)\n"
                  "  --pool-rows N      distinct random rows per tensor (default 4096; 0: every row distinct)\n"
@@ -250,7 +250,8 @@ bool random_bits_row(const TensorPlan &t, std::mt19937_64 &rng, uint8_t *row) {
     if (kt_dequantize(t.type, row, t.row_bytes, 1, t.ne[0], values.data(), values.size()) != KT_STATUS_OK) return false;
     double squares = 0;
     for (float v : values) squares += static_cast<double>(v) * v;
-    const float scale = squares > 0 ? t.sigma / static_cast<float>(std::sqrt(squares / static_cast<double>(values.size()))) : 0.0f;
+    const double rms = std::sqrt(squares / static_cast<double>(values.size()));
+    const float scale = rms > 0 ? t.sigma / static_cast<float>(rms) : 0.0f;
     uint16_t d = 0;
     if (kt_quantize(KT_TYPE_F16, &scale, 1, 1, &d, sizeof d, nullptr) != KT_STATUS_OK) return false;
     set_block_scales(t.type, row, t.row_bytes, d);

@@ -387,8 +387,9 @@ void decode_row(const MatrixSource &src, const PackSpec &spec, int64_t row, RowS
 
     // Super-block formats.
     const int64_t nsb = n / ref::kQKK;
-    if (src.type == KT_TYPE_IQ3_XXS || src.type == KT_TYPE_IQ3_S || src.type == KT_TYPE_IQ1_S || src.type == KT_TYPE_IQ1_M)
-        return decode_grid_row(src.type, p, nsb, s, f);
+    const int32_t t = src.type;
+    if (t == KT_TYPE_IQ3_XXS || t == KT_TYPE_IQ3_S || t == KT_TYPE_IQ1_S || t == KT_TYPE_IQ1_M)
+        return decode_grid_row(t, p, nsb, s, f);
     s->codes.resize(static_cast<size_t>(n));
     s->f16_super.resize(static_cast<size_t>(nsb));
     uint8_t *codes = s->codes.data();

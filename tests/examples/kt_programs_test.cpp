@@ -219,14 +219,15 @@ TEST_CASE("kt-synth: rows a type cannot hold fall back as llama-quantize's do, a
 
 TEST_CASE("the grid formats: a model in each computes as its exact dequantization does, within the Q8_0 it becomes") {
     // A dense model (the expert pool test covers experts in these formats; a random MoE's routing flips on small
-    // differences, which would make this comparison chaotic). Every matrix in the grid format (token_embd,
-    // attention, the FFN and the head): KT_KERNELS_AUTO converts them to Q8_0 at load and computes with int8
-    // activations, KT_KERNELS_REFERENCE computes in f32 on the exact dequantization. Both read the weights through the same dequantizer, which kt_golden_quants checks against
-    // llama.cpp's; this checks that every matrix of such a file takes the conversion and that nothing on the way
-    // (row lengths, scales) is lost. Observed 0.015-0.025 over two token sequences, as for Q8_0, Q6_K and Q5_0 files
-    // of the same shape (0.016-0.019); bound 0.05.
+    // differences, which would make this comparison chaotic). Every matrix in the grid format (token_embd, attention,
+    // the FFN and the head): KT_KERNELS_AUTO converts them to Q8_0 at load and computes with int8 activations,
+    // KT_KERNELS_REFERENCE computes in f32 on the exact dequantization. Both read the weights through the same
+    // dequantizer, which kt_golden_quants checks against llama.cpp's; this checks that every matrix of such a file
+    // takes the conversion and that nothing on the way (row lengths, scales) is lost. Observed 0.015-0.025 over two
+    // token sequences, as for Q8_0, Q6_K and Q5_0 files of the same shape (0.016-0.019); bound 0.05.
     kt::test::TempDir dir;
-    const std::string shape = " --arch qwen3 --hidden 256 --heads 4 --heads-kv 2 --head-dim 64 --ff 512 --layers 2 --vocab 512";
+    const std::string shape = " --arch qwen3 --hidden 256 --heads 4 --heads-kv 2 --head-dim 64 --ff 512 --layers 2"
+                              " --vocab 512";
     const std::vector<int32_t> tokens = {5, 17, 200, 3, 99, 42, 7, 300};
     for (const char *type : {"iq1_s", "iq1_m", "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s"}) {
         INFO("--type " << type);

@@ -91,7 +91,7 @@ const FormatCase kFormats[] = {
     {"IQ3_XXS (held exactly as Q6_K)", KT_TYPE_IQ3_XXS, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 256, 256, 0.05},
     {"IQ3_S (held exactly as Q5_K)", KT_TYPE_IQ3_S, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 512, 256, 0.05},
     {"IQ1_M (held exactly as Q6_K)", KT_TYPE_IQ1_M, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 256, 512, 0.05},
-    {"IQ1_S (held exactly as Q4_K, mins above Q4_K's 63)", KT_TYPE_IQ1_S, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 512, 256, 0.05},
+    {"IQ1_S (held exactly as Q4_K, mins past 63)", KT_TYPE_IQ1_S, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 512, 256, 0.05},
     {"IQ2_XXS (a grid format: becomes Q8_0)", KT_TYPE_IQ2_XXS, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 256, 256, 0.05},
     {"Q4_K converted to INT8", KT_TYPE_Q4_K, KT_EXPERT_WEIGHTS_INT8, 0, 256, 256, 0.05},
 };
@@ -224,7 +224,8 @@ ref::BlockQ5_K q5_k_of(const ref::BlockIq3S &x) {
         for (int l = 0; l < 32; ++l) {
             const uint8_t lo = q[64 * chunk + l], hi = q[64 * chunk + 32 + l];
             b.qs[32 * chunk + l] = static_cast<uint8_t>((lo & 0x0F) | ((hi & 0x0F) << 4));
-            b.qh[l] = static_cast<uint8_t>(b.qh[l] | (((lo >> 4) & 1) << (2 * chunk)) | (((hi >> 4) & 1) << (2 * chunk + 1)));
+            const int lo_bit = (lo >> 4) & 1, hi_bit = (hi >> 4) & 1;
+            b.qh[l] = static_cast<uint8_t>(b.qh[l] | (lo_bit << (2 * chunk)) | (hi_bit << (2 * chunk + 1)));
         }
     return b;
 }

@@ -52,7 +52,13 @@ struct BlockIq2Xxs { uint16_t d; uint16_t qs[kQKK / 8]; };
 struct BlockIq2Xs { uint16_t d; uint16_t qs[kQKK / 8]; uint8_t scales[kQKK / 32]; };
 struct BlockIq2S { uint16_t d; uint8_t qs[kQKK / 4]; uint8_t qh[kQKK / 32]; uint8_t scales[kQKK / 32]; };
 struct BlockIq3Xxs { uint16_t d; uint8_t qs[3 * kQKK / 8]; };
-struct BlockIq3S { uint16_t d; uint8_t qs[kQKK / 4]; uint8_t qh[kQKK / 32]; uint8_t signs[kQKK / 8]; uint8_t scales[kQKK / 64]; };
+struct BlockIq3S {
+    uint16_t d;
+    uint8_t qs[kQKK / 4];
+    uint8_t qh[kQKK / 32];
+    uint8_t signs[kQKK / 8];
+    uint8_t scales[kQKK / 64];
+};
 struct BlockIq1S { uint16_t d; uint8_t qs[kQKK / 8]; uint16_t qh[kQKK / 32]; };
 struct BlockIq1M { uint8_t qs[kQKK / 8]; uint8_t qh[kQKK / 16]; uint8_t scales[kQKK / 32]; };
 

@@ -234,9 +234,9 @@ uint8_t even_signs(uint32_t seven_bits) {
 
 uint8_t grid_byte(uint64_t entry, int j) { return static_cast<uint8_t>(entry >> (8 * j)); }
 
-// y[j] = scale * magnitude[j], negated where sign bit j is set, for the 8 (or n) weights of one grid entry.
-void signed_grid(float scale, uint64_t entry, uint8_t signs, float *y, int n = 8) {
-    for (int j = 0; j < n; ++j)
+// y[j] = scale * magnitude[j], negated where sign bit j is set, for the 8 weights of one grid entry.
+void signed_grid(float scale, uint64_t entry, uint8_t signs, float *y) {
+    for (int j = 0; j < 8; ++j)
         y[j] = scale * static_cast<float>(grid_byte(entry, j)) * ((signs >> j) & 1 ? -1.0f : 1.0f);
 }
 
@@ -287,55 +287,54 @@ void dequantize_iq2_s(const BlockIq2S *x, float *y, int64_t nb) {
     }
 }
 
+// The formats decoded to integers first (quants_ref.h): y = the group's scale * (value * unit), for the 256 values
+// of one super-block in groups of `group`. unit is 1 or IQ1's 1/8 (grid + delta as ggml adds them is exactly
+// eighths / 8); value * 1 is exact, so each y is ggml's product bit for bit.
+template <typename GroupScale>
+float *scaled_values(const int8_t *values, int group, GroupScale scale_of, float unit, float *y) {
+    for (int g = 0; g < kQKK / group; ++g) {
+        const float scale = scale_of(g);
+        for (int j = 0; j < group; ++j) *y++ = scale * (static_cast<float>(values[group * g + j]) * unit);
+    }
+    return y;
+}
+
 void dequantize_iq3_xxs(const BlockIq3Xxs *x, float *y, int64_t nb) {
     int8_t values[kQKK];
-    uint8_t scales[kQKK / 32];
+    uint8_t codes[kQKK / 32];
     for (int64_t i = 0; i < nb; ++i) {
-        iq3_xxs_values(&x[i], values, scales);
+        iq3_xxs_values(&x[i], values, codes);
         const float d = fp16_to_f32(x[i].d);
-        for (int ib = 0; ib < kQKK / 32; ++ib) {
-            const float db = d * (0.5f + static_cast<float>(scales[ib])) * 0.5f;
-            for (int j = 0; j < 32; ++j) *y++ = db * static_cast<float>(values[32 * ib + j]);  // = db * g * (+-1)
-        }
+        y = scaled_values(values, 32, [&](int g) { return d * (0.5f + static_cast<float>(codes[g])) * 0.5f; }, 1.0f, y);
     }
 }
 
 void dequantize_iq3_s(const BlockIq3S *x, float *y, int64_t nb) {
     int8_t values[kQKK];
-    uint8_t scales[kQKK / 32];
+    uint8_t codes[kQKK / 32];
     for (int64_t i = 0; i < nb; ++i) {
-        iq3_s_values(&x[i], values, scales);
+        iq3_s_values(&x[i], values, codes);
         const float d = fp16_to_f32(x[i].d);
-        for (int ib = 0; ib < kQKK / 32; ++ib) {
-            const float db = d * static_cast<float>(1 + 2 * scales[ib]);
-            for (int j = 0; j < 32; ++j) *y++ = db * static_cast<float>(values[32 * ib + j]);
-        }
+        y = scaled_values(values, 32, [&](int g) { return d * static_cast<float>(1 + 2 * codes[g]); }, 1.0f, y);
     }
 }
 
 void dequantize_iq1_s(const BlockIq1S *x, float *y, int64_t nb) {
     int8_t eighths[kQKK];
-    uint8_t scales[kQKK / 32];
+    uint8_t codes[kQKK / 32];
     for (int64_t i = 0; i < nb; ++i) {
-        iq1_s_values(&x[i], eighths, scales);
+        iq1_s_values(&x[i], eighths, codes);
         const float d = fp16_to_f32(x[i].d);
-        for (int ib = 0; ib < kQKK / 32; ++ib) {
-            const float dl = d * static_cast<float>(2 * scales[ib] + 1);
-            // grid + delta, as ggml adds them, is exactly eighths / 8
-            for (int j = 0; j < 32; ++j) *y++ = dl * (static_cast<float>(eighths[32 * ib + j]) * 0.125f);
-        }
+        y = scaled_values(eighths, 32, [&](int g) { return d * static_cast<float>(2 * codes[g] + 1); }, 0.125f, y);
     }
 }
 
 void dequantize_iq1_m(const BlockIq1M *x, float *y, int64_t nb) {
     int8_t eighths[kQKK];
-    uint8_t scales[kQKK / 16];
+    uint8_t codes[kQKK / 16];
     for (int64_t i = 0; i < nb; ++i) {
-        const float d = fp16_to_f32(iq1_m_values(&x[i], eighths, scales));
-        for (int g = 0; g < kQKK / 16; ++g) {
-            const float dl = d * static_cast<float>(2 * scales[g] + 1);
-            for (int j = 0; j < 16; ++j) *y++ = dl * (static_cast<float>(eighths[16 * g + j]) * 0.125f);
-        }
+        const float d = fp16_to_f32(iq1_m_values(&x[i], eighths, codes));
+        y = scaled_values(eighths, 16, [&](int g) { return d * static_cast<float>(2 * codes[g] + 1); }, 0.125f, y);
     }
 }
 
@@ -360,8 +359,10 @@ void iq1_s_values(const BlockIq1S *block, int8_t eighths[kQKK], uint8_t scale_co
         const int delta = qh & 0x8000 ? -1 : 1;
         for (int l = 0; l < 4; ++l) {
             const uint64_t entry = kIq1SGrid[block->qs[4 * ib + l] | (((qh >> (3 * l)) & 7) << 8)];
-            for (int j = 0; j < 8; ++j)
-                eighths[32 * ib + 8 * l + j] = static_cast<int8_t>(8 * static_cast<int8_t>(grid_byte(entry, j)) + delta);
+            for (int j = 0; j < 8; ++j) {
+                const int g = static_cast<int8_t>(grid_byte(entry, j));
+                eighths[32 * ib + 8 * l + j] = static_cast<int8_t>(8 * g + delta);
+            }
         }
     }
 }
@@ -376,8 +377,10 @@ uint16_t iq1_m_values(const BlockIq1M *block, int8_t eighths[kQKK], uint8_t scal
         const int qh = block->qh[i8 / 2] >> (4 * (i8 % 2));
         const uint64_t entry = kIq1SGrid[block->qs[i8] | ((qh & 7) << 8)];
         const int delta = qh & 8 ? -1 : 1;
-        for (int j = 0; j < 8; ++j)
-            eighths[8 * i8 + j] = static_cast<int8_t>(8 * static_cast<int8_t>(grid_byte(entry, j)) + delta);
+        for (int j = 0; j < 8; ++j) {
+            const int g = static_cast<int8_t>(grid_byte(entry, j));
+            eighths[8 * i8 + j] = static_cast<int8_t>(8 * g + delta);
+        }
     }
     return static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
 }
@@ -392,7 +395,7 @@ void iq3_xxs_values(const BlockIq3Xxs *block, int8_t values[kQKK], uint8_t scale
             const uint8_t signs = even_signs((signs_scale >> (7 * (l / 2))) & 127);
             const uint32_t entry = kIq3XxsGrid[q[l]];
             for (int j = 0; j < 4; ++j) {
-                const int g = static_cast<int>((entry >> (8 * j)) & 0xFF);
+                const int g = grid_byte(entry, j);
                 values[32 * ib + 4 * l + j] = static_cast<int8_t>((signs >> (4 * (l % 2) + j)) & 1 ? -g : g);
             }
         }
@@ -410,7 +413,7 @@ void iq3_s_values(const BlockIq3S *block, int8_t values[kQKK], uint8_t scale_cod
         for (int l = 0; l < 8; ++l) {
             const uint32_t entry = kIq3SGrid[q[l] | ((qh << (8 - l)) & 256)];
             for (int j = 0; j < 4; ++j) {
-                const int g = static_cast<int>((entry >> (8 * j)) & 0xFF);
+                const int g = grid_byte(entry, j);
                 values[32 * ib + 4 * l + j] = static_cast<int8_t>((signs[l / 2] >> (4 * (l % 2) + j)) & 1 ? -g : g);
             }
         }

@@ -17,7 +17,4 @@ extern const uint32_t kIq3XxsGrid[256];
 extern const uint32_t kIq3SGrid[512];
 extern const uint64_t kIq1SGrid[2048];
 
-// IQ1_S and IQ1_M add +-1/8 to every grid value of a group (the sign is the group's delta bit).
-constexpr float kIq1Delta = 0.125f;
-
 }  // namespace kt::ref

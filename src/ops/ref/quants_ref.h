@@ -26,8 +26,8 @@ void dequantize_row(int32_t type, const void *src, float *dst, int64_t n);
 
 // IQ3_XXS and IQ3_S blocks as integers: the signed grid value of each of the 256 weights and the 4-bit scale code
 // of each 32. IQ3_XXS: weight = d (0.5 + code) / 2 * value (value +-4 .. +-62, even); IQ3_S: weight = d (1 + 2 code)
-// * value (value odd, +-1 .. +-15). The dequantizers use them; so does moe/weights.cpp, which keeps the two as
-// Q6_K and Q5_K fields.
+// * value (value odd, +-1 .. +-15). The dequantizers use them, and so does moe/weights.cpp, which keeps these and
+// the IQ1 formats below in K-quant fields.
 void iq3_xxs_values(const BlockIq3Xxs *block, int8_t values[kQKK], uint8_t scale_codes[kQKK / 32]);
 void iq3_s_values(const BlockIq3S *block, int8_t values[kQKK], uint8_t scale_codes[kQKK / 32]);
 

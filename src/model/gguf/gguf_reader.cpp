@@ -64,7 +64,6 @@ const char *unsupported_ggml_type_name(uint32_t type) {
     switch (type) {
         case 34: return "TQ1_0";
         case 35: return "TQ2_0";
-        case 39: return "MXFP4";
         case 40: return "NVFP4";
         default: return nullptr;
     }

@@ -405,10 +405,11 @@ void iq3_xxs_values(const BlockIq3Xxs *block, int8_t values[kQKK], uint8_t scale
     for (int ib = 0; ib < kQKK / 32; ++ib, q += 8) {
         const uint32_t signs_scale = load_u32(block->qs + kQKK / 4 + 4 * ib);
         scale_codes[ib] = static_cast<uint8_t>(signs_scale >> 28);
-        for (int l = 0; l < 8; ++l) {
-            const uint8_t signs = even_signs((signs_scale >> (7 * (l / 2))) & 127);
-            const uint32_t v = signed4(kIq3XxsGrid[q[l]], (signs >> (4 * (l % 2))) & 15u);
-            std::memcpy(values + 32 * ib + 4 * l, &v, 4);
+        for (int pair = 0; pair < 4; ++pair) {  // 8 weights: two grid entries under one sign byte
+            const uint8_t signs = even_signs((signs_scale >> (7 * pair)) & 127);
+            const uint32_t v[2] = {signed4(kIq3XxsGrid[q[2 * pair]], signs & 15u),
+                                   signed4(kIq3XxsGrid[q[2 * pair + 1]], signs >> 4)};
+            std::memcpy(values + 32 * ib + 8 * pair, v, 8);
         }
     }
 }

@@ -575,9 +575,9 @@ typedef int32_t (*kt_abort_callback)(void *user_data);
 
 #define KT_KERNELS_AUTO 0       /* the expert engine's kernels for the best ISA this CPU allows: weights kept in their
                                    GGUF format where a kernel reads it (Q2_K Q3_K Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K
-                                   Q5_K Q6_K IQ4_NL IQ4_XS MXFP4 BF16), IQ3_XXS IQ3_S IQ1_S IQ1_M exactly in
-                                   Q6_K's, Q5_K's, Q4_K's and Q6_K's fields, F32/F16 as BF16, other formats (the
-                                   IQ2 ones among them) as Q8_0;
+                                   Q5_K Q6_K IQ4_NL IQ4_XS MXFP4 BF16), the grid formats (IQ1_S IQ1_M IQ2_XXS
+                                   IQ2_XS IQ2_S IQ3_XXS IQ3_S) exactly as 4-bit indices into their grid values,
+                                   F32/F16 as BF16, other formats as Q8_0;
                                    activations quantized to int8 per token */
 #define KT_KERNELS_REFERENCE 1  /* exact dequantization and f32 arithmetic everywhere: slow; for validation (it
                                    reproduces llama.cpp's f32 logits to ~1e-6) */
@@ -979,7 +979,8 @@ typedef struct kt_expert_pool kt_expert_pool;
 /* Weight formats. */
 #define KT_EXPERT_WEIGHTS_AS_SOURCE 0 /* keep the source's quantization: Q2_K, Q3_K, Q4_0, Q4_1, Q5_0, Q5_1,
                                           Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4 and BF16 are computed as
-                                          stored; other GGUF types become Q8_0, F32/F16 become BF16 */
+                                          stored, the IQ1-IQ3 grid formats exactly as 4-bit indices into their
+                                          grid values; other GGUF types become Q8_0, F32/F16 become BF16 */
 #define KT_EXPERT_WEIGHTS_INT8 1      /* int8, one scale per output channel */
 #define KT_EXPERT_WEIGHTS_INT4 2      /* int4, one scale per group of int4_group_size values along the input */
 #define KT_EXPERT_WEIGHTS_BF16 3

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/pack.h"
@@ -82,6 +83,36 @@ Status make_source(int32_t type, const void *data, int64_t rows, int64_t cols, M
     return Status::ok();
 }
 
+namespace {
+
+// The grid formats as IQ_GRID fields (packed.h). ops/ref decodes a block to integers, a signed grid value per weight
+// and a scale code s per 16 or 32 weights, with w = d * unit * (2 s + 1) * value; the row's fields are the values'
+// indices in the format's book, sc = 2 s + 1 per 16 weights and d * unit as an f32 (exact: unit is a power of two).
+struct GridFormat {
+    int32_t type;
+    float unit;
+    int scale_group;           // weights per scale code: 16 or 32
+    int8_t book[cpu::kCodebookSize];  // every value the decoder gives, in index order (the rest unused)
+};
+constexpr GridFormat kGridFormats[] = {
+    {KT_TYPE_IQ1_S, 0.125f, 32, {-9, -7, -1, 1, 7, 9}},  // IQ1: eighths, 8 g +- 1 for g = -1, 0, 1
+    {KT_TYPE_IQ1_M, 0.125f, 16, {-9, -7, -1, 1, 7, 9}},
+    {KT_TYPE_IQ2_XXS, 0.125f, 32, {-43, -25, -8, 8, 25, 43}},
+    {KT_TYPE_IQ2_XS, 0.125f, 16, {-43, -25, -8, 8, 25, 43}},
+    {KT_TYPE_IQ2_S, 0.125f, 16, {-43, -25, -8, 8, 25, 43}},
+    {KT_TYPE_IQ3_XXS, 0.25f, 32, {-62, -52, -44, -36, -28, -20, -12, -4, 4, 12, 20, 28, 36, 44, 52, 62}},
+    {KT_TYPE_IQ3_S, 1.0f, 32, {-15, -13, -11, -9, -7, -5, -3, -1, 1, 3, 5, 7, 9, 11, 13, 15}},
+};
+
+// The grid format `type`, or nullptr.
+const GridFormat *grid_format(int32_t type) {
+    for (const GridFormat &g : kGridFormats)
+        if (g.type == type) return &g;
+    return nullptr;
+}
+
+}  // namespace
+
 bool native_packed_type(int32_t gguf_type, PackedType *out) {
     switch (gguf_type) {
         case KT_TYPE_Q4_0: *out = PackedType::kQ4_0; return true;
@@ -98,12 +129,11 @@ bool native_packed_type(int32_t gguf_type, PackedType *out) {
         case KT_TYPE_IQ4_XS: *out = PackedType::kIq4Xs; return true;
         case KT_TYPE_MXFP4: *out = PackedType::kMxfp4; return true;
         case KT_TYPE_BF16: *out = PackedType::kBf16; return true;
-        // Grid formats held exactly by a K-quant's fields (decode_grid_row), in fewer bits than Q8_0's 8.5.
-        case KT_TYPE_IQ3_XXS: *out = PackedType::kQ6_K; return true;
-        case KT_TYPE_IQ3_S: *out = PackedType::kQ5_K; return true;
-        case KT_TYPE_IQ1_S: *out = PackedType::kQ4_K; return true;
-        case KT_TYPE_IQ1_M: *out = PackedType::kQ6_K; return true;
-        default: return false;
+        default:
+            // The grid formats, as the code book indices of their grid values (decode_grid_row).
+            if (!grid_format(gguf_type)) return false;
+            *out = PackedType::kIqGrid;
+            return true;
     }
 }
 
@@ -181,83 +211,53 @@ struct RowScratch {
     std::vector<int8_t> i8_group;
 };
 
-// Grid-format rows as the fields of the K-quant that holds them exactly, with integer scales (ops/ref decodes the
-// blocks to integers: v a signed grid value, e eighths, s a scale code):
-//   IQ3_XXS: w = d (2 s + 1) / 4 * v, v = +-4 .. +-62, even  ->  Q6_K: d / 2, sc = 2 s + 1 per 16, q = 32 + v / 2;
-//   IQ3_S:   w = d (2 s + 1) * v, v = +-1 .. +-15, odd       ->  Q5_K: d, dmin = 16 d, sc = m = 2 s + 1, q = 16 + v;
-//   IQ1_M:   w = d (2 s + 1) / 8 * e, e = 8 g +- 1 (g = -1, 0, 1), s per 16  ->  Q6_K: d / 8, sc = 2 s + 1, q = 32 + e;
-//   IQ1_S:   as IQ1_M with s per 32 and one delta sign per 32: w = d (2 s + 1) (g + 1) - d / 8 (2 s + 1) (8 - delta8)
-//            ->  Q4_K: d, dmin = d / 8, sc = 2 s + 1, m = (2 s + 1)(8 - delta8) (7 or 9 times sc: up to 135 in the u8
-//            the kernels read), q = g + 1.
-// 6.56, 5.5, 6.56 and 4.5 bits a weight where the Q8_0 conversion takes 8.5. Exact but for f16 roundings at the
-// edges of its range: d / 2 and d / 8 where they fall below f16's normal numbers, 16 d above 4,094 (infinite).
-void decode_grid_row(int32_t type, const uint8_t *p, int64_t nsb, RowScratch *s, cpu::RowFields *f) {
-    int8_t values[ref::kQKK];
-    uint8_t scale_codes[ref::kQKK / 16];
-    s->codes.resize(static_cast<size_t>(nsb * ref::kQKK));
-    s->f16_super.resize(static_cast<size_t>(nsb));
-    uint8_t *codes = s->codes.data();
-    auto scaled_f16 = [](uint16_t d, float factor) { return f32_to_fp16(fp16_to_f32(d) * factor); };
-    if (type == KT_TYPE_IQ3_XXS || type == KT_TYPE_IQ1_M) {  // Q6_K fields
-        s->i8_group.resize(static_cast<size_t>(nsb * 16));
-        for (int64_t b = 0; b < nsb; ++b) {
-            uint8_t *c = codes + b * ref::kQKK;
-            int8_t *sc = s->i8_group.data() + b * 16;
-            if (type == KT_TYPE_IQ3_XXS) {
-                ref::BlockIq3Xxs blk;
-                std::memcpy(&blk, p + b * sizeof blk, sizeof blk);
-                ref::iq3_xxs_values(&blk, values, scale_codes);
-                s->f16_super[static_cast<size_t>(b)] = scaled_f16(blk.d, 0.5f);
-                for (int g = 0; g < 16; ++g) sc[g] = static_cast<int8_t>(2 * scale_codes[g / 2] + 1);
-                for (int i = 0; i < ref::kQKK; ++i) c[i] = static_cast<uint8_t>(32 + values[i] / 2);
-            } else {
-                ref::BlockIq1M blk;
-                std::memcpy(&blk, p + b * sizeof blk, sizeof blk);
-                s->f16_super[static_cast<size_t>(b)] = scaled_f16(ref::iq1_m_values(&blk, values, scale_codes), 0.125f);
-                for (int g = 0; g < 16; ++g) sc[g] = static_cast<int8_t>(2 * scale_codes[g] + 1);
-                for (int i = 0; i < ref::kQKK; ++i) c[i] = static_cast<uint8_t>(32 + values[i]);
-            }
-        }
-        f->i8_group = s->i8_group.data();
-    } else {  // IQ3_S, IQ1_S: Q5_K / Q4_K fields
-        s->f16_super2.resize(static_cast<size_t>(nsb));
-        s->u8_group.resize(static_cast<size_t>(nsb * 8));
-        s->u8_group2.resize(static_cast<size_t>(nsb * 8));
-        for (int64_t b = 0; b < nsb; ++b) {
-            uint8_t *c = codes + b * ref::kQKK;
-            uint8_t *sc = s->u8_group.data() + b * 8, *m = s->u8_group2.data() + b * 8;
-            uint16_t d;
-            if (type == KT_TYPE_IQ3_S) {
-                ref::BlockIq3S blk;
-                std::memcpy(&blk, p + b * sizeof blk, sizeof blk);
-                ref::iq3_s_values(&blk, values, scale_codes);
-                d = blk.d;
-                s->f16_super2[static_cast<size_t>(b)] = scaled_f16(d, 16.0f);
-                for (int g = 0; g < 8; ++g) sc[g] = m[g] = static_cast<uint8_t>(2 * scale_codes[g] + 1);
-                for (int i = 0; i < ref::kQKK; ++i) c[i] = static_cast<uint8_t>(16 + values[i]);
-            } else {
-                ref::BlockIq1S blk;
-                std::memcpy(&blk, p + b * sizeof blk, sizeof blk);
-                ref::iq1_s_values(&blk, values, scale_codes);
-                d = blk.d;
-                s->f16_super2[static_cast<size_t>(b)] = scaled_f16(d, 0.125f);
-                for (int g = 0; g < 8; ++g) {
-                    const int8_t *e = values + 32 * g;
-                    const int grid0 = (e[0] + 12) / 8 - 1;  // g = round(e / 8): e = 8 g +- 1
-                    const int delta8 = e[0] - 8 * grid0;    // the group's delta sign, +-1
-                    sc[g] = static_cast<uint8_t>(2 * scale_codes[g] + 1);
-                    m[g] = static_cast<uint8_t>(sc[g] * (8 - delta8));
-                    for (int j = 0; j < 32; ++j) c[32 * g + j] = static_cast<uint8_t>((e[j] + 12) / 8);  // g + 1
-                }
-            }
-            s->f16_super[static_cast<size_t>(b)] = d;
-        }
-        f->u8_group = s->u8_group.data();
-        f->u8_group2 = s->u8_group2.data();
-        f->f16_super2 = s->f16_super2.data();
+// Super-block b of a grid-format row as integers: its 256 values, its scale codes (one per scale_group weights)
+// and its f16 d.
+template <class Block, class Decode>
+uint16_t grid_block(const uint8_t *row, int64_t b, int8_t *values, uint8_t *codes, Decode decode) {
+    Block block;
+    std::memcpy(&block, row + b * static_cast<int64_t>(sizeof block), sizeof block);
+    if constexpr (std::is_same_v<Block, ref::BlockIq1M>) {
+        return decode(&block, values, codes);  // its d is spread over the scale words
+    } else {
+        decode(&block, values, codes);
+        return block.d;
     }
-    f->codes = codes;
-    f->f16_super = s->f16_super.data();
+}
+
+uint16_t decode_grid_block(int32_t type, const uint8_t *row, int64_t b, int8_t *values, uint8_t *codes) {
+    switch (type) {
+        case KT_TYPE_IQ1_S: return grid_block<ref::BlockIq1S>(row, b, values, codes, ref::iq1_s_values);
+        case KT_TYPE_IQ1_M: return grid_block<ref::BlockIq1M>(row, b, values, codes, ref::iq1_m_values);
+        case KT_TYPE_IQ2_XXS: return grid_block<ref::BlockIq2Xxs>(row, b, values, codes, ref::iq2_xxs_values);
+        case KT_TYPE_IQ2_XS: return grid_block<ref::BlockIq2Xs>(row, b, values, codes, ref::iq2_xs_values);
+        case KT_TYPE_IQ2_S: return grid_block<ref::BlockIq2S>(row, b, values, codes, ref::iq2_s_values);
+        case KT_TYPE_IQ3_XXS: return grid_block<ref::BlockIq3Xxs>(row, b, values, codes, ref::iq3_xxs_values);
+        default: return grid_block<ref::BlockIq3S>(row, b, values, codes, ref::iq3_s_values);
+    }
+}
+
+void decode_grid_row(int32_t type, const uint8_t *p, int64_t nsb, RowScratch *s, cpu::RowFields *f) {
+    const GridFormat *fmt = grid_format(type);  // not null: native_packed_type made the row IQ_GRID
+    uint8_t index_of[256] = {};
+    for (int i = 0; i < cpu::kCodebookSize; ++i) index_of[static_cast<uint8_t>(fmt->book[i])] = static_cast<uint8_t>(i);
+    s->codes.resize(static_cast<size_t>(nsb * ref::kQKK));
+    s->i8_group.resize(static_cast<size_t>(nsb * 16));
+    s->f32_scale.resize(static_cast<size_t>(nsb));
+    int8_t values[ref::kQKK];
+    uint8_t codes[ref::kQKK / 16];
+    for (int64_t b = 0; b < nsb; ++b) {
+        const uint16_t d = decode_grid_block(type, p, b, values, codes);
+        s->f32_scale[static_cast<size_t>(b)] = fp16_to_f32(d) * fmt->unit;
+        for (int g = 0; g < 16; ++g)
+            s->i8_group[static_cast<size_t>(b * 16 + g)] = static_cast<int8_t>(2 * codes[g * 16 / fmt->scale_group] + 1);
+        uint8_t *c = s->codes.data() + b * ref::kQKK;
+        for (int i = 0; i < ref::kQKK; ++i) c[i] = index_of[static_cast<uint8_t>(values[i])];
+    }
+    f->codes = s->codes.data();
+    f->i8_group = s->i8_group.data();
+    f->f32_scale = s->f32_scale.data();
+    f->codebook = fmt->book;
 }
 
 // Fills the whole-row fields for `row` of src as spec.type; *fields points at element/group/super-block 0.
@@ -387,9 +387,7 @@ void decode_row(const MatrixSource &src, const PackSpec &spec, int64_t row, RowS
 
     // Super-block formats.
     const int64_t nsb = n / ref::kQKK;
-    const int32_t t = src.type;
-    if (t == KT_TYPE_IQ3_XXS || t == KT_TYPE_IQ3_S || t == KT_TYPE_IQ1_S || t == KT_TYPE_IQ1_M)
-        return decode_grid_row(t, p, nsb, s, f);
+    if (spec.type == PackedType::kIqGrid) return decode_grid_row(src.type, p, nsb, s, f);
     s->codes.resize(static_cast<size_t>(n));
     s->f16_super.resize(static_cast<size_t>(nsb));
     uint8_t *codes = s->codes.data();
@@ -563,6 +561,7 @@ Status pack_slice(const MatrixSource &src, const PackSpec &spec, int64_t r0, int
         if (info.superblock > 0) {
             if (f.f16_super) f.f16_super += k0 / 256;
             if (f.f16_super2) f.f16_super2 += k0 / 256;
+            if (f.f32_scale) f.f32_scale += k0 / 256;  // IQ_GRID's d
         }
         *out = f;
     }, dst);

@@ -279,6 +279,18 @@ TEST_CASE("gemm kernels: K-quants (Q2_K to Q6_K) and IQ4_XS as stored") {
     check_case({KT_TYPE_Q3_K, moe::TargetFormat::kAsSource, 0, {256, 768}}, 57);
 }
 
+TEST_CASE("gemm kernels: the IQ1-IQ3 grid formats as their code book indices (IQ_GRID)") {
+    // Exact weights (packed.h), so the bound of the formats kept as stored holds; some blocks have subnormal d
+    // (quant_test_support.cpp), where an f16 d / 8 would not be exact.
+    check_case({KT_TYPE_IQ2_XXS, moe::TargetFormat::kAsSource, 0, {256, 768}}, 61);
+    check_case({KT_TYPE_IQ2_XS, moe::TargetFormat::kAsSource, 0, {256, 512}}, 62);
+    check_case({KT_TYPE_IQ2_S, moe::TargetFormat::kAsSource, 0, {256, 512}}, 63);
+    check_case({KT_TYPE_IQ3_XXS, moe::TargetFormat::kAsSource, 0, {256, 768}}, 64);
+    check_case({KT_TYPE_IQ3_S, moe::TargetFormat::kAsSource, 0, {256, 512}}, 65);
+    check_case({KT_TYPE_IQ1_S, moe::TargetFormat::kAsSource, 0, {256, 512}}, 66);
+    check_case({KT_TYPE_IQ1_M, moe::TargetFormat::kAsSource, 0, {256, 768}}, 67);
+}
+
 TEST_CASE("gemm kernels: a row gives the same bits alone and among other rows") {
     // A call of several row blocks prepares each panel's scales and mins once for all of them (kernels_impl.h,
     // int_gemm_typed), a call of one block reads them from the packed arrays per group; past kMaxPreparedGroups
@@ -290,7 +302,8 @@ TEST_CASE("gemm kernels: a row gives the same bits alone and among other rows") 
                           {KT_TYPE_Q3_K, moe::TargetFormat::kAsSource, 0, {512}},
                           {KT_TYPE_Q4_1, moe::TargetFormat::kAsSource, 0, {160, 4160}},
                           {KT_TYPE_Q5_0, moe::TargetFormat::kAsSource, 0, {96}},
-                          {KT_TYPE_Q8_0, moe::TargetFormat::kAsSource, 0, {96}}};
+                          {KT_TYPE_Q8_0, moe::TargetFormat::kAsSource, 0, {96}},
+                          {KT_TYPE_IQ2_XS, moe::TargetFormat::kAsSource, 0, {512}}};
     const int64_t rows = 40, m = 13;
     for (const Case &c : cases) {
         for (int64_t cols : c.ks) {
@@ -335,6 +348,8 @@ TEST_CASE("gemm kernels: every set unpacks a panel to the scalar set's codes and
         {{KT_TYPE_Q5_1, moe::TargetFormat::kAsSource, 0, {}}, 40, 160, 0},
         {{KT_TYPE_Q4_1, moe::TargetFormat::kAsSource, 0, {}}, 40, 192, 64},
         {{KT_TYPE_IQ4_NL, moe::TargetFormat::kAsSource, 0, {}}, 33, 160, 0},
+        {{KT_TYPE_IQ3_S, moe::TargetFormat::kAsSource, 0, {}}, 40, 768, 128},
+        {{KT_TYPE_IQ1_M, moe::TargetFormat::kAsSource, 0, {}}, 37, 512, 0},
         {{KT_TYPE_F32, moe::TargetFormat::kInt4, 32, {}}, 35, 96, 0},
         {{KT_TYPE_F32, moe::TargetFormat::kInt4, 128, {}}, 35, 384, 0},
     };
@@ -436,6 +451,8 @@ TEST_CASE("gemm kernels: the AMX set on the tile machine", "[amx]") {
     check_case({KT_TYPE_IQ4_NL, moe::TargetFormat::kAsSource, 0, {96}}, 84);
     check_case({KT_TYPE_Q4_1, moe::TargetFormat::kAsSource, 0, {128}}, 85);
     check_case({KT_TYPE_Q5_1, moe::TargetFormat::kAsSource, 0, {96}}, 86);
+    check_case({KT_TYPE_IQ2_XXS, moe::TargetFormat::kAsSource, 0, {256}}, 87);
+    check_case({KT_TYPE_IQ3_S, moe::TargetFormat::kAsSource, 0, {512}}, 88);
     CHECK(test::thread_tile_machine().instructions > executed_before);  // the AMX calls ran on the tile machine
 }
 

@@ -41,6 +41,7 @@ std::vector<uint8_t> random_gguf_rows(int32_t type, int64_t rows, int64_t cols, 
     for (uint8_t &b : out) b = static_cast<uint8_t>(rng());
     // Overwrite the f16 scale fields with finite values of a sensible size (random bits would give NaN and inf).
     auto scale = [&](float nominal) { return f32_to_fp16(nominal * jitter(rng)); };
+    auto grid_d = [&](float nominal) { return scale(rng() % 8 == 0 ? nominal / 64 : nominal); };
     const int64_t blocks = n / t->block_size;
     uint8_t *p = out.data();
     for (int64_t b = 0; b < blocks; ++b, p += t->block_bytes) {
@@ -63,15 +64,16 @@ std::vector<uint8_t> random_gguf_rows(int32_t type, int64_t rows, int64_t cols, 
             // MXFP4: exponent bytes around 2^-8 (values up to 12 · 2^-5), and one block in 16 with the subnormal
             // scales of e = 0, 1 and the smallest normal one, which a kernel must decode exactly too.
             case KT_TYPE_MXFP4: p[0] = static_cast<uint8_t>(rng() % 16 == 0 ? rng() % 3 : 117 + rng() % 8); break;
-            // The grid formats: d such that a typical weight is a few hundredths, like the others'.
-            case KT_TYPE_IQ2_XXS: put(offsetof(ref::BlockIq2Xxs, d), scale(0.001f)); break;
-            case KT_TYPE_IQ2_XS: put(offsetof(ref::BlockIq2Xs, d), scale(0.001f)); break;
-            case KT_TYPE_IQ2_S: put(offsetof(ref::BlockIq2S, d), scale(0.001f)); break;
-            case KT_TYPE_IQ3_XXS: put(offsetof(ref::BlockIq3Xxs, d), scale(0.0005f)); break;
-            case KT_TYPE_IQ3_S: put(offsetof(ref::BlockIq3S, d), scale(0.0005f)); break;
-            case KT_TYPE_IQ1_S: put(offsetof(ref::BlockIq1S, d), scale(0.01f)); break;
+            // The grid formats: d such that a typical weight is a few hundredths, like the others'; and one block
+            // in 8 with d 64 times smaller, in f16's subnormal range (where d / 8 as an f16 would lose bits).
+            case KT_TYPE_IQ2_XXS: put(offsetof(ref::BlockIq2Xxs, d), grid_d(0.001f)); break;
+            case KT_TYPE_IQ2_XS: put(offsetof(ref::BlockIq2Xs, d), grid_d(0.001f)); break;
+            case KT_TYPE_IQ2_S: put(offsetof(ref::BlockIq2S, d), grid_d(0.001f)); break;
+            case KT_TYPE_IQ3_XXS: put(offsetof(ref::BlockIq3Xxs, d), grid_d(0.0005f)); break;
+            case KT_TYPE_IQ3_S: put(offsetof(ref::BlockIq3S, d), grid_d(0.0005f)); break;
+            case KT_TYPE_IQ1_S: put(offsetof(ref::BlockIq1S, d), grid_d(0.01f)); break;
             case KT_TYPE_IQ1_M: {  // the f16 scale is the top nibble of each of the four u16 scale words
-                const uint16_t d = scale(0.01f);
+                const uint16_t d = grid_d(0.01f);
                 uint8_t *words = p + offsetof(ref::BlockIq1M, scales);
                 for (int k = 0; k < 4; ++k)
                     words[2 * k + 1] = static_cast<uint8_t>((words[2 * k + 1] & 0x0F) | (((d >> (4 * k)) & 0x0F) << 4));

@@ -97,7 +97,8 @@ int32_t grouped_group(const PackedLayout &l) {
         case PackedType::kQ5_0:
         case PackedType::kIq4Nl:
         case PackedType::kQ4_1:
-        case PackedType::kQ5_1: return l.group;
+        case PackedType::kQ5_1:
+        case PackedType::kIqGrid: return l.group;
         default: return 0;
     }
 }

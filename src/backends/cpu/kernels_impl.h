@@ -40,9 +40,9 @@ struct Fmt {
     static constexpr int kUMax = packed_type_info(T).u_max;
 };
 
-// The formats whose codes are IQ4 code book indices (IQ4_XS, IQ4_NL).
+// The formats whose codes are code book indices: IQ4_XS and IQ4_NL (the IQ4 book), IQ_GRID (the matrix's own).
 template <PackedType T>
-inline constexpr bool kIq4Codes = T == PackedType::kIq4Xs || T == PackedType::kIq4Nl;
+inline constexpr bool kBookCodes = T == PackedType::kIq4Xs || T == PackedType::kIq4Nl || T == PackedType::kIqGrid;
 // Bytes of high bits per 1 KiB tile (packed.h), and per tile row.
 template <PackedType T>
 inline constexpr int64_t kHbitsPerTile = packed_type_info(T).hbits_per_tile;
@@ -199,8 +199,8 @@ struct Kernels {
         add(L.hbits, L.tiles_per_half * 2 * kHbitsPerTile<T>);
         if constexpr (kGscaleBytes<T> > 0) add(L.gscale, L.groups * kPanel * kGscaleBytes<T>);
         add(L.gmin, L.groups * kPanel * kGminBytes<T>);
-        add(L.sscale, L.superblocks * kPanel * 2);
-        add(L.smin, L.superblocks * kPanel * 2);
+        add(L.sscale, L.superblocks * kPanel * kSscaleBytes<T>);
+        add(L.smin, L.superblocks * kPanel * kSscaleBytes<T>);
     }
 
     struct VecPos {
@@ -240,6 +240,27 @@ struct Kernels {
     template <PackedType T>
     static constexpr bool kHighNibbleInPlace = T == PackedType::kQ4_K && !S::kSignedWideDot;
 
+    // The byte table decode looks codes up in (lut16), 16 entries repeated to fill a vector: u = value + 128 for the
+    // code books (the value itself where kSigned), MXFP4's u; zero for the formats without one. IQ_GRID's book is the
+    // matrix's (packed.h): stored signed, its u is the sign bit flipped (value + 128 modulo 256).
+    template <PackedType T>
+    static VI lookup_table(const PackedMatrix &w) {
+        if constexpr (T == PackedType::kIqGrid) {
+            const VI book = S::loadu(w.data + w.layout.codebook);
+            return kSigned<T> ? book : S::xor_(book, S::set1_8(static_cast<int8_t>(0x80)));
+        } else if constexpr (kBookCodes<T> || T == PackedType::kMxfp4) {
+            alignas(64) uint8_t t[64];
+            for (int i = 0; i < 64; ++i)
+                t[i] = T == PackedType::kMxfp4 ? kMxfp4Unsigned[i % 16]
+                       : kSigned<T>            ? static_cast<uint8_t>(kIq4Signed[i % 16])
+                                               : kIq4Unsigned[i % 16];
+            return S::loadu(t);
+        } else {
+            (void)w;
+            return S::zero();
+        }
+    }
+
     // kInPlace: Q4_K's high nibbles as kHighNibbleInPlace says (the GEMM), else as codes (the AMX set's unpacking).
     template <PackedType T, bool kInPlace = false>
     static VI decode(const uint8_t *row, int part, const uint8_t *hb, int vi, VI table) {
@@ -248,7 +269,7 @@ struct Kernels {
             return S::xor_(S::loadu(row), S::set1_8(static_cast<int8_t>(0x80)));
         } else {
             const VI x = S::loadu(row);
-            if constexpr ((kIq4Codes<T> || T == PackedType::kMxfp4) && S::kLut16LowBitsOnly)
+            if constexpr ((kBookCodes<T> || T == PackedType::kMxfp4) && S::kLut16LowBitsOnly)
                 return S::lut16(table, part ? S::template srl16<4>(x) : x);  // the table lookup drops the other bits
             if constexpr (T == PackedType::kQ4_0 && S::kAffineNibbles) {
                 if (part) return S::high_nibbles_xor8(x);
@@ -270,7 +291,7 @@ struct Kernels {
             if constexpr (T == PackedType::kQ4_K || T == PackedType::kQ4_1) return nib;
             if constexpr (kFifthBit<T>) return S::or_(nib, S::template high_bit<0x10>(hb + part * 8, vi));
             if constexpr (T == PackedType::kQ6_K) return S::or_(nib, S::high_bits6(hb + part * 16, vi));
-            if constexpr (kIq4Codes<T> || T == PackedType::kMxfp4) return S::lut16(table, nib);
+            if constexpr (kBookCodes<T> || T == PackedType::kMxfp4) return S::lut16(table, nib);
         }
     }
 
@@ -282,6 +303,9 @@ struct Kernels {
                                                                      : 1;
     template <PackedType T>
     static constexpr int64_t kGminBytes = kF16Groups<T> ? 2 : 1;
+    // Bytes of one column's super-block scale in L.sscale (and of its dmin in L.smin): f16, IQ_GRID's f32.
+    template <PackedType T>
+    static constexpr int64_t kSscaleBytes = T == PackedType::kIqGrid ? 4 : 2;
 
     // The scale arrays of panel p, walked one scale group at a time.
     // The GEMM's flush reads each group's scale (and min) through these moving pointers: indexing the arrays afresh
@@ -313,8 +337,8 @@ struct Kernels {
             const int64_t gi = p * L.groups * kPanel, si = p * L.superblocks * kPanel;
             gscale = w.data + L.gscale + gi * kGscaleBytes<T>;
             gmin = w.data + L.gmin + gi * kGminBytes<T>;
-            sscale = w.data + L.sscale + si * 2;
-            smin = w.data + L.smin + si * 2;
+            sscale = w.data + L.sscale + si * kSscaleBytes<T>;
+            smin = w.data + L.smin + si * kSscaleBytes<T>;
             groups_per_superblock = L.superblocks > 0 ? 256 / L.group : 0;
             groups_left = L.superblocks > 0 ? (256 - L.superblock_k_offset) / L.group : 0;
             superblocks_left = L.superblocks;
@@ -333,8 +357,8 @@ struct Kernels {
             gscale += kPanel * kGscaleBytes<T>;
             gmin += kPanel * kGminBytes<T>;
             if (--groups_left == 0) {
-                sscale += kPanel * 2;
-                smin += kPanel * 2;
+                sscale += kPanel * kSscaleBytes<T>;
+                smin += kPanel * kSscaleBytes<T>;
                 groups_left = groups_per_superblock;
                 if (--superblocks_left > 0) convert_superblock();  // none past the panel's last group
             }
@@ -342,12 +366,14 @@ struct Kernels {
         // S_g (and M_g) of the current group, for the kW columns starting at panel column `col`; S_g / 16 where the
         // GEMM feeds the group's high nibbles in place (high_in_place: part 1 of a Q4_K tile on VNNI).
         void load(int col, VF *scale, VF *min, bool high_in_place = false) const {
-            const uint8_t *gs = gscale + col * kGscaleBytes<T>, *ss = sscale + col * 2;
+            const uint8_t *gs = gscale + col * kGscaleBytes<T>, *ss = sscale + col * kSscaleBytes<T>;
             if constexpr (T == PackedType::kInt4) {
                 *scale = S::mul(S::loadf(reinterpret_cast<const float *>(gs)), S::fset1(16.0f));
             } else if constexpr (kF16Groups<T>) {
                 *scale = S::loadf_f16(reinterpret_cast<const uint16_t *>(gs));
                 if constexpr (Fmt<T>::kMins) *min = S::loadf_f16(reinterpret_cast<const uint16_t *>(gmin + col * 2));
+            } else if constexpr (T == PackedType::kIqGrid) {
+                *scale = S::mul(S::loadf(reinterpret_cast<const float *>(ss)), S::loadf_i8(reinterpret_cast<const int8_t *>(gs)));
             } else if constexpr (T == PackedType::kIq4Xs || T == PackedType::kQ6_K || T == PackedType::kQ3_K) {
                 *scale = S::mul(S::loadf_f16(reinterpret_cast<const uint16_t *>(ss)),
                                 S::loadf_i8(reinterpret_cast<const int8_t *>(gs)));
@@ -447,16 +473,7 @@ struct Kernels {
                                                              (mr <= 4 && (S::kLatencyBoundDot || kRowsPerFlush <= 8)));
         const PackedLayout &L = w.layout;
         const VecPos vp[kNV] = {vec_pos(c0, 0), vec_pos(c0, 1)};
-        VI table = S::zero();
-        if constexpr (kIq4Codes<T>) {
-            alignas(64) uint8_t t[64];
-            for (int i = 0; i < 64; ++i) t[i] = kSigned<T> ? static_cast<uint8_t>(kIq4Signed[i % 16]) : kIq4Unsigned[i % 16];
-            table = S::loadu(t);
-        } else if constexpr (T == PackedType::kMxfp4) {
-            alignas(64) uint8_t t[64];
-            for (int i = 0; i < 64; ++i) t[i] = kMxfp4Unsigned[i % 16];
-            table = S::loadu(t);
-        }
+        const VI table = lookup_table<T>(w);
 
         // The codes with an offset (unsigned codes of signed weights): a group's first accumulator chain starts at
         // the row's activation sum for the group times minus the offset (QuantSpec), so that the integer sum comes
@@ -721,6 +738,7 @@ struct Kernels {
             case PackedType::kIq4Nl: return int_gemm_typed<PackedType::kIq4Nl, 8>(w, a, m, n_begin, n_end, c, ldc);
             case PackedType::kQ4_1: return int_gemm_typed<PackedType::kQ4_1, 8>(w, a, m, n_begin, n_end, c, ldc);
             case PackedType::kQ5_1: return int_gemm_typed<PackedType::kQ5_1, 8>(w, a, m, n_begin, n_end, c, ldc);
+            case PackedType::kIqGrid: return int_gemm_typed<PackedType::kIqGrid, 4>(w, a, m, n_begin, n_end, c, ldc);
             case PackedType::kBf16: break;
         }
     }
@@ -758,12 +776,7 @@ struct Kernels {
         if (!tiles)
             for (int64_t t = 0; t < steps; ++t) prefetch_share(t);
         if (tiles) {
-            VI table = S::zero();
-            if constexpr (kIq4Codes<T>) {
-                alignas(64) uint8_t t[64];
-                for (int i = 0; i < 64; ++i) t[i] = kSigned<T> ? static_cast<uint8_t>(kIq4Signed[i % 16]) : kIq4Unsigned[i % 16];
-                table = S::loadu(t);
-            }
+            const VI table = lookup_table<T>(w);
             const VI u_offset = S::set1_8(static_cast<int8_t>(packed_type_info(T).u_offset));
             for (int64_t t = 0; t < steps; ++t) {
                 prefetch_share(t);
@@ -809,6 +822,7 @@ struct Kernels {
             case PackedType::kIq4Nl: return unpack_typed<PackedType::kIq4Nl>(w, p, tiles, scale, neg_min, pf);
             case PackedType::kQ4_1: return unpack_typed<PackedType::kQ4_1>(w, p, tiles, scale, neg_min, pf);
             case PackedType::kQ5_1: return unpack_typed<PackedType::kQ5_1>(w, p, tiles, scale, neg_min, pf);
+            case PackedType::kIqGrid: return unpack_typed<PackedType::kIqGrid>(w, p, tiles, scale, neg_min, pf);
             default: break;  // INT8, BF16 and any type added later: not group-wise, nothing to unpack
         }
     }

@@ -51,6 +51,10 @@ void clear_panel(const PackedLayout &L, int64_t p, uint8_t *dst) {
             clear(L.gscale, g, 1);
             clear(L.sscale, sb, 2);
             break;
+        case PackedType::kIqGrid:  // its code book is the matrix's, not the panel's: pack_row writes it with panel 0
+            clear(L.gscale, g, 1);
+            clear(L.sscale, sb, 4);
+            break;
         case PackedType::kMxfp4: clear(L.gscale, g, 1); break;
     }
 }
@@ -169,6 +173,12 @@ void pack_row(const PackedLayout &L, int64_t p, int col, const RowFields &f, uin
         case PackedType::kIq4Xs:
             for (int64_t g = 0; g < L.groups; ++g) at<int8_t>(dst, L.gscale)[gi0 + g * kPanel] = f.i8_group[g];
             for (int64_t b = 0; b < L.superblocks; ++b) at<uint16_t>(dst, L.sscale)[si0 + b * kPanel] = f.f16_super[b];
+            break;
+        case PackedType::kIqGrid:
+            for (int64_t g = 0; g < L.groups; ++g) at<int8_t>(dst, L.gscale)[gi0 + g * kPanel] = f.i8_group[g];
+            for (int64_t b = 0; b < L.superblocks; ++b) at<float>(dst, L.sscale)[si0 + b * kPanel] = f.f32_scale[b];
+            if (p == 0 && col == 0)
+                for (int64_t i = 0; i < kCodebookBytes; ++i) at<int8_t>(dst, L.codebook)[i] = f.codebook[i % kCodebookSize];
             break;
         case PackedType::kMxfp4:
             for (int64_t g = 0; g < L.groups; ++g) at<uint8_t>(dst, L.gscale)[gi0 + g * kPanel] = f.u8_group[g];

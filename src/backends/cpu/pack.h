@@ -30,6 +30,8 @@ namespace kt::cpu {
 //   kIq4Nl  codes: code book index 0..15; f16_group[K/32]: d.
 //   kQ4_1   codes: q in 0..15 (w = d * q + m); f16_group[K/32]: d, f16_group2[K/32]: m (as GGUF stores it).
 //   kQ5_1   as kQ4_1 with q in 0..31.
+//   kIqGrid codes: index 0..15 into codebook; i8_group[K/16]: sc; f32_scale[SB]: d; codebook[16]: the matrix's
+//           book (the same for every row; the packer stores it with panel 0).
 // Super-block arrays are indexed as the layout's: K position k uses (k + superblock_k_offset) / 256.
 struct RowFields {
     const uint8_t *codes = nullptr;
@@ -42,6 +44,7 @@ struct RowFields {
     const int8_t *i8_group = nullptr;
     const uint16_t *f16_super = nullptr;
     const uint16_t *f16_super2 = nullptr;
+    const int8_t *codebook = nullptr;
 };
 
 // Fills *fields for row `row` (0 <= row < N). Called once per row, in order within a panel; the pointers must stay
@@ -49,7 +52,8 @@ struct RowFields {
 using RowSource = FunctionRef<void(int64_t row, RowFields *fields)>;
 
 // Packs panels [p_begin, p_end) into dst (the layout's bytes, 64-byte aligned). Every byte of those panels' tiles
-// and side arrays is written (padding rows and K positions are zero), nothing else.
+// and side arrays is written (padding rows and K positions are zero), and with panel 0 kIqGrid's code book; nothing
+// else.
 void pack_panels(const PackedLayout &layout, int64_t p_begin, int64_t p_end, RowSource source, uint8_t *dst);
 
 }  // namespace kt::cpu

@@ -55,6 +55,13 @@
 //           (K not a multiple of 256, as the 1,408-wide experts of DeepSeek-V2-Lite and GLM-4.5-Air): Q5_0 and Q5_1
 //           for Q4_K and Q5_K, IQ4_NL for the 2- and 3-bit formats and IQ4_XS. Each takes its file's bits a weight
 //           plus at most 1/16 (high bits a byte per 8 weights where GGUF packs 32 in 4 bytes: the same).
+//   kIqGrid nibble tiles of an index into the matrix's own code book B of 16 signed bytes (in [-127, 127]), then
+//           i8 sc[P][K/16][32], f32 d[P][SB][32], then the code book stored 4 times over (64 bytes, the kernels'
+//           lookup table as it is). w = d*sc*B[index]. u = B[index] + 128.
+//           The IQ1-IQ3 grid formats: every weight of one is its block's f16 d times a power of two (1/8 for IQ2 and
+//           IQ1, 1/4 for IQ3_XXS) times a small odd scale code times one of at most 16 grid values (IQ2: +-8, 25,
+//           43; IQ1: eighths +-1, 7, 9; IQ3_XXS: +-4 .. 62; IQ3_S: +-1 .. 15). The book holds the values and the f32
+//           d the rest, exactly (an f16 d / 8 would lose bits below f16's normal range), in 4.625 bits a weight.
 // SB = ceil((K + superblock_k_offset) / 256) super-blocks. For the super-block formats a matrix may start in the middle of a GGUF super-block (a NUMA shard whose K range
 // starts at a multiple of 128 that is not one of 256): `superblock_k_offset` (0 or 128) is how much of the first
 // super-block lies before K = 0, and K position k of the matrix uses super-block (k + offset) / 256.
@@ -84,18 +91,22 @@ enum class PackedType : int32_t {
     kIq4Nl = 13,
     kQ4_1 = 14,
     kQ5_1 = 15,
+    kIqGrid = 16,
 };
-inline constexpr int kPackedTypeCount = 16;
+inline constexpr int kPackedTypeCount = 17;
 
 // The version of these layouts as bytes: packed buffers kept across processes (runtime/pack_cache.h) record it and
 // are refused when it differs. Increment it with any change to what pack_slice writes for any type.
-// 2: Q2_K and Q3_K kept as stored in crumb tiles (Q8_0 before); 3: Q5_0, IQ4_NL, Q4_1 and Q5_1 likewise (nibble tiles).
-inline constexpr uint32_t kPackedLayoutVersion = 3;
+// 2: Q2_K and Q3_K kept as stored in crumb tiles (Q8_0 before); 3: Q5_0, IQ4_NL, Q4_1 and Q5_1 likewise (nibble tiles);
+// 4: the grid formats as kIqGrid (Q6_K, Q5_K, Q4_K or Q8_0 fields before).
+inline constexpr uint32_t kPackedLayoutVersion = 4;
 
 inline constexpr int64_t kPanel = 32;      // columns per panel
 inline constexpr int64_t kHalf = 16;       // columns per half panel (one AVX-512 vector of int32 / fp32)
 inline constexpr int64_t kTileBytes = 1024;
 inline constexpr int64_t kTileRowBytes = 64;
+inline constexpr int64_t kCodebookSize = 16;   // kIqGrid's book: 16 signed bytes
+inline constexpr int64_t kCodebookBytes = 64;  // ... stored 4 times over, one AVX-512 lookup table
 inline constexpr size_t kPackedAlignment = 64;
 
 enum class TileKind : int32_t { kInt8, kNibble, kBf16, kCrumb };
@@ -106,7 +117,7 @@ struct PackedTypeInfo {
     TileKind tile;
     int64_t tile_k;        // K per tile: 64 (int8), 128 (nibble), 32 (bf16), 256 (crumb)
     int32_t group;         // K per scale group (0: per column over the whole K; kInt4: chosen per matrix)
-    int32_t superblock;    // K per super-block scale (256 for K-quants and IQ4_XS, else 0)
+    int32_t superblock;    // K per super-block scale (256 for K-quants, IQ4_XS and IQ_GRID, else 0)
     int32_t u_offset;      // u = w_code + u_offset for symmetric formats (0: asymmetric formats with mins)
     bool has_mins;         // Q2_K, Q4_K, Q5_K, Q4_1, Q5_1
     int32_t u_max;         // largest u the kernel sees (decides whether 16-bit fallbacks can overflow)
@@ -133,6 +144,7 @@ inline constexpr PackedTypeInfo kPackedTypeInfo[kPackedTypeCount] = {
     {PackedType::kIq4Nl, "IQ4_NL", TileKind::kNibble, 128, 32, 0, 128, false, 241, 0},
     {PackedType::kQ4_1, "Q4_1", TileKind::kNibble, 128, 32, 0, 0, true, 15, 0},
     {PackedType::kQ5_1, "Q5_1", TileKind::kNibble, 128, 32, 0, 0, true, 31, 256},
+    {PackedType::kIqGrid, "IQ_GRID", TileKind::kNibble, 128, 16, 256, 128, false, 255, 0},
 };
 
 constexpr const PackedTypeInfo &packed_type_info(PackedType type) { return kPackedTypeInfo[static_cast<int>(type)]; }
@@ -149,7 +161,7 @@ struct PackedLayout {
     int64_t superblocks = 0;     // ceil((kp + superblock_k_offset) / 256) for super-block formats
     int32_t superblock_k_offset = 0;
     // Byte offsets from the start (0 = absent).
-    size_t hbits = 0, gscale = 0, gmin = 0, sscale = 0, smin = 0, colscale = 0;
+    size_t hbits = 0, gscale = 0, gmin = 0, sscale = 0, smin = 0, colscale = 0, codebook = 0;
     size_t bytes = 0;  // total
 };
 

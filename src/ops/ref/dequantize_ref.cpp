@@ -232,61 +232,6 @@ uint8_t even_signs(uint32_t seven_bits) {
     return static_cast<uint8_t>(seven_bits | ((__builtin_popcount(seven_bits) & 1u) << 7));
 }
 
-uint8_t grid_byte(uint64_t entry, int j) { return static_cast<uint8_t>(entry >> (8 * j)); }
-
-// y[j] = scale * magnitude[j], negated where sign bit j is set, for the 8 weights of one grid entry.
-void signed_grid(float scale, uint64_t entry, uint8_t signs, float *y) {
-    for (int j = 0; j < 8; ++j)
-        y[j] = scale * static_cast<float>(grid_byte(entry, j)) * ((signs >> j) & 1 ? -1.0f : 1.0f);
-}
-
-// Per 32 weights two u32: four 8-bit grid indices; four 7-bit signs and a 4-bit scale ls on top.
-void dequantize_iq2_xxs(const BlockIq2Xxs *x, float *y, int64_t nb) {
-    for (int64_t i = 0; i < nb; ++i) {
-        const float d = fp16_to_f32(x[i].d);
-        const auto *q = reinterpret_cast<const uint8_t *>(x[i].qs);
-        for (int ib = 0; ib < kQKK / 32; ++ib, q += 8) {
-            const uint32_t signs_scale = load_u32(q + 4);
-            const float db = d * (0.5f + static_cast<float>(signs_scale >> 28)) * 0.25f;
-            for (int l = 0; l < 4; ++l, y += 8)
-                signed_grid(db, kIq2XxsGrid[q[l]], even_signs((signs_scale >> (7 * l)) & 127), y);
-        }
-    }
-}
-
-// Per 8 weights a u16: 9-bit index, 7-bit signs; a 4-bit scale per 16 weights.
-void dequantize_iq2_xs(const BlockIq2Xs *x, float *y, int64_t nb) {
-    for (int64_t i = 0; i < nb; ++i) {
-        const float d = fp16_to_f32(x[i].d);
-        for (int ib = 0; ib < kQKK / 32; ++ib) {
-            const float db[2] = {d * (0.5f + static_cast<float>(x[i].scales[ib] & 0x0F)) * 0.25f,
-                                 d * (0.5f + static_cast<float>(x[i].scales[ib] >> 4)) * 0.25f};
-            for (int l = 0; l < 4; ++l, y += 8) {
-                const uint16_t q = x[i].qs[4 * ib + l];
-                signed_grid(db[l / 2], kIq2XsGrid[q & 511], even_signs(q >> 9), y);
-            }
-        }
-    }
-}
-
-// 32 low index bytes, then 32 full sign bytes; per 32 weights a qh byte (2 high index bits per 8 weights) and a
-// byte of two 4-bit scales (per 16).
-void dequantize_iq2_s(const BlockIq2S *x, float *y, int64_t nb) {
-    for (int64_t i = 0; i < nb; ++i) {
-        const float d = fp16_to_f32(x[i].d);
-        const uint8_t *q = x[i].qs;
-        const uint8_t *signs = x[i].qs + kQKK / 8;
-        for (int ib = 0; ib < kQKK / 32; ++ib, q += 4, signs += 4) {
-            const float db[2] = {d * (0.5f + static_cast<float>(x[i].scales[ib] & 0x0F)) * 0.25f,
-                                 d * (0.5f + static_cast<float>(x[i].scales[ib] >> 4)) * 0.25f};
-            for (int l = 0; l < 4; ++l, y += 8) {
-                const int index = q[l] | ((x[i].qh[ib] << (8 - 2 * l)) & 0x300);
-                signed_grid(db[l / 2], kIq2SGrid[index], signs[l], y);
-            }
-        }
-    }
-}
-
 // The formats decoded to integers first (quants_ref.h): y = the group's scale * (value * unit), for the 256 values
 // of one super-block in groups of `group`. unit is 1 or IQ1's 1/8 (grid + delta as ggml adds them is exactly
 // eighths / 8); value * 1 is exact, so each y is ggml's product bit for bit.
@@ -297,6 +242,39 @@ float *scaled_values(const int8_t *values, int group, GroupScale scale_of, float
         for (int j = 0; j < group; ++j) *y++ = scale * (static_cast<float>(values[group * g + j]) * unit);
     }
     return y;
+}
+
+// IQ2: y = d (0.5 + code) / 4 * value, as ggml's d (0.5 + code) * 0.25 * grid * sign (negating is exact).
+float iq2_scale(float d, uint8_t code) { return d * (0.5f + static_cast<float>(code)) * 0.25f; }
+
+void dequantize_iq2_xxs(const BlockIq2Xxs *x, float *y, int64_t nb) {
+    int8_t values[kQKK];
+    uint8_t codes[kQKK / 32];
+    for (int64_t i = 0; i < nb; ++i) {
+        iq2_xxs_values(&x[i], values, codes);
+        const float d = fp16_to_f32(x[i].d);
+        y = scaled_values(values, 32, [&](int g) { return iq2_scale(d, codes[g]); }, 1.0f, y);
+    }
+}
+
+void dequantize_iq2_xs(const BlockIq2Xs *x, float *y, int64_t nb) {
+    int8_t values[kQKK];
+    uint8_t codes[kQKK / 16];
+    for (int64_t i = 0; i < nb; ++i) {
+        iq2_xs_values(&x[i], values, codes);
+        const float d = fp16_to_f32(x[i].d);
+        y = scaled_values(values, 16, [&](int g) { return iq2_scale(d, codes[g]); }, 1.0f, y);
+    }
+}
+
+void dequantize_iq2_s(const BlockIq2S *x, float *y, int64_t nb) {
+    int8_t values[kQKK];
+    uint8_t codes[kQKK / 16];
+    for (int64_t i = 0; i < nb; ++i) {
+        iq2_s_values(&x[i], values, codes);
+        const float d = fp16_to_f32(x[i].d);
+        y = scaled_values(values, 16, [&](int g) { return iq2_scale(d, codes[g]); }, 1.0f, y);
+    }
 }
 
 void dequantize_iq3_xxs(const BlockIq3Xxs *x, float *y, int64_t nb) {
@@ -363,6 +341,13 @@ uint32_t signed4(uint32_t magnitudes, uint32_t sign_bits4) {
     return (magnitudes ^ negate) + (negate & 0x01010101u);
 }
 
+// The eight magnitudes of an IQ2 grid entry with the bytes whose bit in signs is set negated.
+void signed8(uint64_t entry, uint8_t signs, int8_t *out) {
+    const uint32_t v[2] = {signed4(static_cast<uint32_t>(entry), signs & 15u),
+                           signed4(static_cast<uint32_t>(entry >> 32), signs >> 4u)};
+    std::memcpy(out, v, 8);
+}
+
 // 8 g + delta for the eight signed grid bytes g (-1, 0, 1) of an IQ1 entry, delta = +-1: 8 g has its low three bits
 // clear, so + 1 is an or; - 1 is a byte-wise add of 0xFF that keeps carries inside each byte.
 uint64_t iq1_eighths(uint64_t entry, bool minus) {
@@ -372,6 +357,43 @@ uint64_t iq1_eighths(uint64_t entry, bool minus) {
 }
 
 }  // namespace
+
+// Per 32 weights two u32: four 8-bit grid indices; four 7-bit signs and a 4-bit scale on top.
+void iq2_xxs_values(const BlockIq2Xxs *block, int8_t values[kQKK], uint8_t scale_codes[kQKK / 32]) {
+    const auto *q = reinterpret_cast<const uint8_t *>(block->qs);
+    for (int ib = 0; ib < kQKK / 32; ++ib, q += 8) {
+        const uint32_t signs_scale = load_u32(q + 4);
+        scale_codes[ib] = static_cast<uint8_t>(signs_scale >> 28);
+        for (int l = 0; l < 4; ++l)
+            signed8(kIq2XxsGrid[q[l]], even_signs((signs_scale >> (7 * l)) & 127), values + 32 * ib + 8 * l);
+    }
+}
+
+// Per 8 weights a u16: 9-bit index, 7-bit signs; a 4-bit scale per 16 weights.
+void iq2_xs_values(const BlockIq2Xs *block, int8_t values[kQKK], uint8_t scale_codes[kQKK / 16]) {
+    for (int ib = 0; ib < kQKK / 32; ++ib) {
+        scale_codes[2 * ib] = block->scales[ib] & 0x0F;
+        scale_codes[2 * ib + 1] = block->scales[ib] >> 4;
+    }
+    for (int i8 = 0; i8 < kQKK / 8; ++i8) {
+        const uint16_t q = block->qs[i8];
+        signed8(kIq2XsGrid[q & 511], even_signs(q >> 9), values + 8 * i8);
+    }
+}
+
+// 32 low index bytes, then 32 full sign bytes; per 32 weights a qh byte (2 high index bits per 8 weights) and a
+// byte of two 4-bit scales (per 16).
+void iq2_s_values(const BlockIq2S *block, int8_t values[kQKK], uint8_t scale_codes[kQKK / 16]) {
+    const uint8_t *signs = block->qs + kQKK / 8;
+    for (int ib = 0; ib < kQKK / 32; ++ib) {
+        scale_codes[2 * ib] = block->scales[ib] & 0x0F;
+        scale_codes[2 * ib + 1] = block->scales[ib] >> 4;
+        for (int l = 0; l < 4; ++l) {
+            const int index = block->qs[4 * ib + l] | ((block->qh[ib] << (8 - 2 * l)) & 0x300);
+            signed8(kIq2SGrid[index], signs[4 * ib + l], values + 32 * ib + 8 * l);
+        }
+    }
+}
 
 // 32 low index bytes; per 32 weights a u16: 3 high index bits per 8 weights, a 3-bit scale, the delta's sign.
 void iq1_s_values(const BlockIq1S *block, int8_t eighths[kQKK], uint8_t scale_codes[kQKK / 32]) {

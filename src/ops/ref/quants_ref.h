@@ -24,10 +24,16 @@ bool can_dequantize(int32_t type);
 // can_dequantize(type); callers validate shapes first.
 void dequantize_row(int32_t type, const void *src, float *dst, int64_t n);
 
+// IQ2 blocks as integers: the signed grid value of each of the 256 weights (+-8, +-25, +-43) and the 4-bit scale
+// code of each 32 (IQ2_XXS) or 16 (IQ2_XS, IQ2_S): weight = d (0.5 + code) / 4 * value.
+void iq2_xxs_values(const BlockIq2Xxs *block, int8_t values[kQKK], uint8_t scale_codes[kQKK / 32]);
+void iq2_xs_values(const BlockIq2Xs *block, int8_t values[kQKK], uint8_t scale_codes[kQKK / 16]);
+void iq2_s_values(const BlockIq2S *block, int8_t values[kQKK], uint8_t scale_codes[kQKK / 16]);
+
 // IQ3_XXS and IQ3_S blocks as integers: the signed grid value of each of the 256 weights and the 4-bit scale code
 // of each 32. IQ3_XXS: weight = d (0.5 + code) / 2 * value (value +-4 .. +-62, even); IQ3_S: weight = d (1 + 2 code)
-// * value (value odd, +-1 .. +-15). The dequantizers use them, and so does moe/weights.cpp, which keeps these and
-// the IQ1 formats below in K-quant fields.
+// * value (value odd, +-1 .. +-15). The dequantizers use these decoders, and so does moe/weights.cpp, which keeps
+// every grid format as the code book indices of its values (packed.h, kIqGrid).
 void iq3_xxs_values(const BlockIq3Xxs *block, int8_t values[kQKK], uint8_t scale_codes[kQKK / 32]);
 void iq3_s_values(const BlockIq3S *block, int8_t values[kQKK], uint8_t scale_codes[kQKK / 32]);
 

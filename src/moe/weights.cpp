@@ -91,7 +91,7 @@ namespace {
 struct GridFormat {
     int32_t type;
     float unit;
-    int scale_group;           // weights per scale code: 16 or 32
+    int scale_group;                  // weights per scale code: 16 or 32
     int8_t book[cpu::kCodebookSize];  // every value the decoder gives, in index order (the rest unused)
 };
 constexpr GridFormat kGridFormats[] = {
@@ -239,7 +239,7 @@ uint16_t decode_grid_block(int32_t type, const uint8_t *row, int64_t b, int8_t *
 
 void decode_grid_row(int32_t type, const uint8_t *p, int64_t nsb, RowScratch *s, cpu::RowFields *f) {
     const GridFormat *fmt = grid_format(type);  // not null: native_packed_type made the row IQ_GRID
-    uint8_t index_of[256] = {};
+    uint8_t index_of[256] = {};  // value (as a byte) -> index; 0 is no value of any book, so unused entries may land there
     for (int i = 0; i < cpu::kCodebookSize; ++i) index_of[static_cast<uint8_t>(fmt->book[i])] = static_cast<uint8_t>(i);
     s->codes.resize(static_cast<size_t>(nsb * ref::kQKK));
     s->i8_group.resize(static_cast<size_t>(nsb * 16));
@@ -249,8 +249,8 @@ void decode_grid_row(int32_t type, const uint8_t *p, int64_t nsb, RowScratch *s,
     for (int64_t b = 0; b < nsb; ++b) {
         const uint16_t d = decode_grid_block(type, p, b, values, codes);
         s->f32_scale[static_cast<size_t>(b)] = fp16_to_f32(d) * fmt->unit;
-        for (int g = 0; g < 16; ++g)
-            s->i8_group[static_cast<size_t>(b * 16 + g)] = static_cast<int8_t>(2 * codes[g * 16 / fmt->scale_group] + 1);
+        int8_t *sc = s->i8_group.data() + b * 16;
+        for (int g = 0; g < 16; ++g) sc[g] = static_cast<int8_t>(2 * codes[g * 16 / fmt->scale_group] + 1);
         uint8_t *c = s->codes.data() + b * ref::kQKK;
         for (int i = 0; i < ref::kQKK; ++i) c[i] = index_of[static_cast<uint8_t>(values[i])];
     }

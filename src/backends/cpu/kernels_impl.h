@@ -373,7 +373,8 @@ struct Kernels {
                 *scale = S::loadf_f16(reinterpret_cast<const uint16_t *>(gs));
                 if constexpr (Fmt<T>::kMins) *min = S::loadf_f16(reinterpret_cast<const uint16_t *>(gmin + col * 2));
             } else if constexpr (T == PackedType::kIqGrid) {
-                *scale = S::mul(S::loadf(reinterpret_cast<const float *>(ss)), S::loadf_i8(reinterpret_cast<const int8_t *>(gs)));
+                *scale = S::mul(S::loadf(reinterpret_cast<const float *>(ss)),
+                                S::loadf_i8(reinterpret_cast<const int8_t *>(gs)));
             } else if constexpr (T == PackedType::kIq4Xs || T == PackedType::kQ6_K || T == PackedType::kQ3_K) {
                 *scale = S::mul(S::loadf_f16(reinterpret_cast<const uint16_t *>(ss)),
                                 S::loadf_i8(reinterpret_cast<const int8_t *>(gs)));

@@ -178,7 +178,8 @@ void pack_row(const PackedLayout &L, int64_t p, int col, const RowFields &f, uin
             for (int64_t g = 0; g < L.groups; ++g) at<int8_t>(dst, L.gscale)[gi0 + g * kPanel] = f.i8_group[g];
             for (int64_t b = 0; b < L.superblocks; ++b) at<float>(dst, L.sscale)[si0 + b * kPanel] = f.f32_scale[b];
             if (p == 0 && col == 0)
-                for (int64_t i = 0; i < kCodebookBytes; ++i) at<int8_t>(dst, L.codebook)[i] = f.codebook[i % kCodebookSize];
+                for (int64_t i = 0; i < kCodebookBytes; ++i)
+                    at<int8_t>(dst, L.codebook)[i] = f.codebook[i % kCodebookSize];
             break;
         case PackedType::kMxfp4:
             for (int64_t g = 0; g < L.groups; ++g) at<uint8_t>(dst, L.gscale)[gi0 + g * kPanel] = f.u8_group[g];

@@ -90,8 +90,8 @@ Status packed_layout(PackedType type, int64_t n, int64_t k, int32_t group, int32
             ok = ok && append(&cursor, group_entries, &l.gscale) && append(&cursor, superblock_entries * 2, &l.sscale);
             break;
         case PackedType::kIqGrid:
-            ok = ok && append(&cursor, group_entries, &l.gscale) && append(&cursor, superblock_entries * 4, &l.sscale) &&
-                 append(&cursor, kCodebookBytes, &l.codebook);
+            ok = ok && append(&cursor, group_entries, &l.gscale) &&
+                 append(&cursor, superblock_entries * 4, &l.sscale) && append(&cursor, kCodebookBytes, &l.codebook);
             break;
         case PackedType::kMxfp4: ok = ok && append(&cursor, group_entries, &l.gscale); break;
     }

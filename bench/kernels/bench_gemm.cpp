@@ -52,6 +52,7 @@ const Fmt kFmts[] = {
     {"Q5_0", KT_TYPE_Q5_0, moe::TargetFormat::kAsSource, 0},  {"Q5_1", KT_TYPE_Q5_1, moe::TargetFormat::kAsSource, 0},
     {"Q4_1", KT_TYPE_Q4_1, moe::TargetFormat::kAsSource, 0},
     {"IQ4_NL", KT_TYPE_IQ4_NL, moe::TargetFormat::kAsSource, 0},
+    {"IQ_GRID", KT_TYPE_IQ2_XS, moe::TargetFormat::kAsSource, 0},  // every grid format packs the same way
 };
 
 // The fastest repetition: what the code does when nothing else runs.

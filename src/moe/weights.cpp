@@ -87,11 +87,12 @@ namespace {
 
 // The grid formats as IQ_GRID fields (packed.h). ops/ref decodes a block to integers, a signed grid value per weight
 // and a scale code s per 16 or 32 weights, with w = d * unit * (2 s + 1) * value; the row's fields are the values'
-// indices in the format's book, sc = 2 s + 1 per 16 weights and d * unit as an f32 (exact: unit is a power of two).
+// indices in the format's book, sc = 2 s + 1 per scale group (the packed group) and d * unit as an f32 (exact: unit
+// is a power of two).
 struct GridFormat {
     int32_t type;
     float unit;
-    int scale_group;                  // weights per scale code: 16 or 32
+    int scale_group;                  // weights per scale code: 16 or 32 (the packed matrix's group)
     int8_t book[cpu::kCodebookSize];  // every value the decoder gives, in index order (the rest unused)
 };
 constexpr GridFormat kGridFormats[] = {
@@ -147,6 +148,7 @@ Status pack_spec_for(const MatrixSource &src, TargetFormat target, int32_t int4_
                 spec.type = (src.type == KT_TYPE_F32 || src.type == KT_TYPE_F16 || src.type == KT_TYPE_F64)
                                 ? PackedType::kBf16
                                 : PackedType::kQ8_0;
+            if (spec.type == PackedType::kIqGrid) spec.group = grid_format(src.type)->scale_group;
             break;
         case TargetFormat::kInt8: spec.type = PackedType::kInt8; break;
         case TargetFormat::kInt4:
@@ -241,16 +243,17 @@ void decode_grid_row(int32_t type, const uint8_t *p, int64_t nsb, RowScratch *s,
     const GridFormat *fmt = grid_format(type);  // not null: native_packed_type made the row IQ_GRID
     uint8_t index_of[256] = {};  // value (as a byte) -> index; 0 is no value of any book, so unused entries may land there
     for (int i = 0; i < cpu::kCodebookSize; ++i) index_of[static_cast<uint8_t>(fmt->book[i])] = static_cast<uint8_t>(i);
+    const int groups = ref::kQKK / fmt->scale_group;  // per super-block
     s->codes.resize(static_cast<size_t>(nsb * ref::kQKK));
-    s->i8_group.resize(static_cast<size_t>(nsb * 16));
+    s->i8_group.resize(static_cast<size_t>(nsb * groups));
     s->f32_scale.resize(static_cast<size_t>(nsb));
     int8_t values[ref::kQKK];
     uint8_t codes[ref::kQKK / 16];
     for (int64_t b = 0; b < nsb; ++b) {
         const uint16_t d = decode_grid_block(type, p, b, values, codes);
         s->f32_scale[static_cast<size_t>(b)] = fp16_to_f32(d) * fmt->unit;
-        int8_t *sc = s->i8_group.data() + b * 16;
-        for (int g = 0; g < 16; ++g) sc[g] = static_cast<int8_t>(2 * codes[g * 16 / fmt->scale_group] + 1);
+        int8_t *sc = s->i8_group.data() + b * groups;
+        for (int g = 0; g < groups; ++g) sc[g] = static_cast<int8_t>(2 * codes[g] + 1);
         uint8_t *c = s->codes.data() + b * ref::kQKK;
         for (int i = 0; i < ref::kQKK; ++i) c[i] = index_of[static_cast<uint8_t>(values[i])];
     }

@@ -289,6 +289,14 @@ TEST_CASE("gemm kernels: the IQ1-IQ3 grid formats as their code book indices (IQ
     check_case({KT_TYPE_IQ3_S, moe::TargetFormat::kAsSource, 0, {256, 512}}, 65);
     check_case({KT_TYPE_IQ1_S, moe::TargetFormat::kAsSource, 0, {256, 512}}, 66);
     check_case({KT_TYPE_IQ1_M, moe::TargetFormat::kAsSource, 0, {256, 768}}, 67);
+
+    // The sizes packed.h states: 4 bits a weight, an i8 scale per group of 16 or 32, an f32 d per 256, the book.
+    cpu::PackedLayout l;
+    REQUIRE(cpu::packed_layout(PackedType::kIqGrid, 64, 1024, 32, 0, &l).is_ok());
+    CHECK(l.bytes == 64 * 1024 / 2 + 64 * 1024 / 32 + 64 * 4 * 4 + 64);
+    REQUIRE(cpu::packed_layout(PackedType::kIqGrid, 64, 1024, 16, 128, &l).is_ok());
+    CHECK(l.bytes == 64 * 1024 / 2 + 64 * 1024 / 16 + 64 * 5 * 4 + 64);  // 5 super-blocks from offset 128
+    CHECK(cpu::packed_layout(PackedType::kIqGrid, 64, 1024, 64, 0, &l).code() == KT_STATUS_INVALID_ARGUMENT);
 }
 
 TEST_CASE("gemm kernels: a row gives the same bits alone and among other rows") {
@@ -452,7 +460,7 @@ TEST_CASE("gemm kernels: the AMX set on the tile machine", "[amx]") {
     check_case({KT_TYPE_Q4_1, moe::TargetFormat::kAsSource, 0, {128}}, 85);
     check_case({KT_TYPE_Q5_1, moe::TargetFormat::kAsSource, 0, {96}}, 86);
     check_case({KT_TYPE_IQ2_XXS, moe::TargetFormat::kAsSource, 0, {256}}, 87);
-    check_case({KT_TYPE_IQ3_S, moe::TargetFormat::kAsSource, 0, {512}}, 88);
+    check_case({KT_TYPE_IQ1_M, moe::TargetFormat::kAsSource, 0, {512}}, 88);  // IQ_GRID in groups of 16 (IQ2_XXS: 32)
     CHECK(test::thread_tile_machine().instructions > executed_before);  // the AMX calls ran on the tile machine
 }
 

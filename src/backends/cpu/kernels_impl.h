@@ -739,7 +739,9 @@ struct Kernels {
             case PackedType::kIq4Nl: return int_gemm_typed<PackedType::kIq4Nl, 8>(w, a, m, n_begin, n_end, c, ldc);
             case PackedType::kQ4_1: return int_gemm_typed<PackedType::kQ4_1, 8>(w, a, m, n_begin, n_end, c, ldc);
             case PackedType::kQ5_1: return int_gemm_typed<PackedType::kQ5_1, 8>(w, a, m, n_begin, n_end, c, ldc);
-            case PackedType::kIqGrid: return int_gemm_typed<PackedType::kIqGrid, 4>(w, a, m, n_begin, n_end, c, ldc);
+            case PackedType::kIqGrid:
+                if (w.layout.group == 32) return int_gemm_typed<PackedType::kIqGrid, 8>(w, a, m, n_begin, n_end, c, ldc);
+                return int_gemm_typed<PackedType::kIqGrid, 4>(w, a, m, n_begin, n_end, c, ldc);
             case PackedType::kBf16: break;
         }
     }

@@ -30,7 +30,7 @@ namespace kt::cpu {
 //   kIq4Nl  codes: code book index 0..15; f16_group[K/32]: d.
 //   kQ4_1   codes: q in 0..15 (w = d * q + m); f16_group[K/32]: d, f16_group2[K/32]: m (as GGUF stores it).
 //   kQ5_1   as kQ4_1 with q in 0..31.
-//   kIqGrid codes: index 0..15 into codebook; i8_group[K/16]: sc; f32_scale[SB]: d; codebook[16]: the matrix's
+//   kIqGrid codes: index 0..15 into codebook; i8_group[K/G]: sc; f32_scale[SB]: d; codebook[16]: the matrix's
 //           book (the same for every row; the packer stores it with panel 0).
 // Super-block arrays are indexed as the layout's: K position k uses (k + superblock_k_offset) / 256.
 struct RowFields {

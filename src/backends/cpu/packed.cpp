@@ -32,6 +32,10 @@ Status packed_layout(PackedType type, int64_t n, int64_t k, int32_t group, int32
         KT_RETURN_IF(group != 32 && group != 64 && group != 128, KT_STATUS_INVALID_ARGUMENT,
                      "packed layout INT4: group %d (must be 32, 64 or 128)", group);
         l.group = group;
+    } else if (type == PackedType::kIqGrid) {
+        KT_RETURN_IF(group != 16 && group != 32, KT_STATUS_INVALID_ARGUMENT,
+                     "packed layout IQ_GRID: group %d (must be 16 or 32)", group);
+        l.group = group;
     } else {
         l.group = info.group;
     }

@@ -56,12 +56,13 @@
 //           for Q4_K and Q5_K, IQ4_NL for the 2- and 3-bit formats and IQ4_XS. Each takes its file's bits a weight
 //           plus at most 1/16 (high bits a byte per 8 weights where GGUF packs 32 in 4 bytes: the same).
 //   kIqGrid nibble tiles of an index into the matrix's own code book B of 16 signed bytes (in [-127, 127]), then
-//           i8 sc[P][K/16][32], f32 d[P][SB][32], then the code book stored 4 times over (64 bytes, the kernels'
-//           lookup table as it is). w = d*sc*B[index]. u = B[index] + 128.
+//           i8 sc[P][K/G][32] (G = 16 or 32, the format's scale group), f32 d[P][SB][32], then the code book stored
+//           4 times over (64 bytes, the kernels' lookup table as it is). w = d*sc*B[index]. u = B[index] + 128.
 //           The IQ1-IQ3 grid formats: every weight of one is its block's f16 d times a power of two (1/8 for IQ2 and
 //           IQ1, 1/4 for IQ3_XXS) times a small odd scale code times one of at most 16 grid values (IQ2: +-8, 25,
 //           43; IQ1: eighths +-1, 7, 9; IQ3_XXS: +-4 .. 62; IQ3_S: +-1 .. 15). The book holds the values and the f32
-//           d the rest, exactly (an f16 d / 8 would lose bits below f16's normal range), in 4.625 bits a weight.
+//           d the rest, exactly (an f16 d / 8 would lose bits below f16's normal range), in 4.375 bits a weight
+//           (4.625 for IQ1_M, IQ2_XS and IQ2_S, whose scales are per 16).
 // SB = ceil((K + superblock_k_offset) / 256) super-blocks. For the super-block formats a matrix may start in the middle of a GGUF super-block (a NUMA shard whose K range
 // starts at a multiple of 128 that is not one of 256): `superblock_k_offset` (0 or 128) is how much of the first
 // super-block lies before K = 0, and K position k of the matrix uses super-block (k + offset) / 256.
@@ -116,7 +117,7 @@ struct PackedTypeInfo {
     const char *name;
     TileKind tile;
     int64_t tile_k;        // K per tile: 64 (int8), 128 (nibble), 32 (bf16), 256 (crumb)
-    int32_t group;         // K per scale group (0: per column over the whole K; kInt4: chosen per matrix)
+    int32_t group;         // K per scale group (0: per column over the whole K; kInt4, kIqGrid: chosen per matrix)
     int32_t superblock;    // K per super-block scale (256 for K-quants, IQ4_XS and IQ_GRID, else 0)
     int32_t u_offset;      // u = w_code + u_offset for symmetric formats (0: asymmetric formats with mins)
     bool has_mins;         // Q2_K, Q4_K, Q5_K, Q4_1, Q5_1
@@ -144,7 +145,7 @@ inline constexpr PackedTypeInfo kPackedTypeInfo[kPackedTypeCount] = {
     {PackedType::kIq4Nl, "IQ4_NL", TileKind::kNibble, 128, 32, 0, 128, false, 241, 0},
     {PackedType::kQ4_1, "Q4_1", TileKind::kNibble, 128, 32, 0, 0, true, 15, 0},
     {PackedType::kQ5_1, "Q5_1", TileKind::kNibble, 128, 32, 0, 0, true, 31, 256},
-    {PackedType::kIqGrid, "IQ_GRID", TileKind::kNibble, 128, 16, 256, 128, false, 255, 0},
+    {PackedType::kIqGrid, "IQ_GRID", TileKind::kNibble, 128, 0, 256, 128, false, 255, 0},
 };
 
 constexpr const PackedTypeInfo &packed_type_info(PackedType type) { return kPackedTypeInfo[static_cast<int>(type)]; }
@@ -165,9 +166,9 @@ struct PackedLayout {
     size_t bytes = 0;  // total
 };
 
-// Computes the layout. group: kInt4 only (32, 64 or 128; K must be a multiple of it); superblock_k_offset: 0 or
-// 128, super-block formats only. INVALID_ARGUMENT for shapes the format cannot represent (K not a multiple of the
-// GGUF block, a bad group) or sizes that overflow.
+// Computes the layout. group: kInt4 (32, 64 or 128) and kIqGrid (16 or 32) only, K a multiple of it;
+// superblock_k_offset: 0 or 128, super-block formats only. INVALID_ARGUMENT for shapes the format cannot represent
+// (K not a multiple of the GGUF block, a bad group) or sizes that overflow.
 Status packed_layout(PackedType type, int64_t n, int64_t k, int32_t group, int32_t superblock_k_offset,
                      PackedLayout *out);
 

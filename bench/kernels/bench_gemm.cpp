@@ -52,7 +52,9 @@ const Fmt kFmts[] = {
     {"Q5_0", KT_TYPE_Q5_0, moe::TargetFormat::kAsSource, 0},  {"Q5_1", KT_TYPE_Q5_1, moe::TargetFormat::kAsSource, 0},
     {"Q4_1", KT_TYPE_Q4_1, moe::TargetFormat::kAsSource, 0},
     {"IQ4_NL", KT_TYPE_IQ4_NL, moe::TargetFormat::kAsSource, 0},
-    {"IQ_GRID", KT_TYPE_IQ2_XS, moe::TargetFormat::kAsSource, 0},  // every grid format packs the same way
+    // The grid formats pack as IQ_GRID in groups of 16 (IQ1_M, IQ2_XS, IQ2_S) or 32 (the others).
+    {"IQ_GRID16", KT_TYPE_IQ2_XS, moe::TargetFormat::kAsSource, 0},
+    {"IQ_GRID32", KT_TYPE_IQ2_XXS, moe::TargetFormat::kAsSource, 0},
 };
 
 // The fastest repetition: what the code does when nothing else runs.

@@ -203,7 +203,7 @@ TEST_CASE("kt-synth: rows a type cannot hold fall back as llama-quantize's do, a
                  {"q6_k", KT_TYPE_Q6_K, KT_TYPE_Q8_0},
                  {"q2_k", KT_TYPE_Q2_K, KT_TYPE_IQ4_NL},
                  {"iq4_xs", KT_TYPE_IQ4_XS, KT_TYPE_IQ4_NL},
-                 // The grid formats (random rows: kt converts them to Q8_0 at load).
+                 // The grid formats (random rows, kept as IQ_GRID).
                  {"iq2_xxs", KT_TYPE_IQ2_XXS, KT_TYPE_IQ4_NL},
                  {"iq1_m", KT_TYPE_IQ1_M, KT_TYPE_IQ4_NL}};
     for (const auto &c : cases) {
@@ -217,14 +217,14 @@ TEST_CASE("kt-synth: rows a type cannot hold fall back as llama-quantize's do, a
     }
 }
 
-TEST_CASE("the grid formats: a model in each computes as its exact dequantization does, within the Q8_0 it becomes") {
+TEST_CASE("the grid formats: a model in each computes as its exact dequantization does, and maps from a pack cache") {
     // A dense model (the expert pool test covers experts in these formats; a random MoE's routing flips on small
     // differences, which would make this comparison chaotic). Every matrix in the grid format (token_embd, attention,
-    // the FFN and the head): KT_KERNELS_AUTO converts them to Q8_0 at load and computes with int8 activations,
-    // KT_KERNELS_REFERENCE computes in f32 on the exact dequantization. Both read the weights through the same
-    // dequantizer, which kt_golden_quants checks against llama.cpp's; this checks that every matrix of such a file
-    // takes the conversion and that nothing on the way (row lengths, scales) is lost. Observed 0.015-0.025 over two
-    // token sequences, as for Q8_0, Q6_K and Q5_0 files of the same shape (0.016-0.019); bound 0.05.
+    // the FFN and the head): KT_KERNELS_AUTO packs them as IQ_GRID (exact) and computes with int8 activations,
+    // KT_KERNELS_REFERENCE computes in f32 on the exact dequantization, which kt_golden_quants checks against
+    // llama.cpp's. This checks that every matrix of such a file takes the packing and that nothing on the way (row
+    // lengths, scales, code books) is lost. Observed 0.015-0.020 over one token sequence (0.015-0.025 when they became
+    // Q8_0), as for Q8_0, Q6_K and Q5_0 files of the same shape (0.016-0.019); bound 0.05.
     kt::test::TempDir dir;
     const std::string shape = " --arch qwen3 --hidden 256 --heads 4 --heads-kv 2 --head-dim 64 --ff 512 --layers 2"
                               " --vocab 512";
@@ -246,6 +246,18 @@ TEST_CASE("the grid formats: a model in each computes as its exact dequantizatio
         const double rel = std::sqrt(diff / norm);
         INFO("||auto - reference|| / ||reference|| = " << rel);
         CHECK(rel < 0.05);
+
+        // The packed matrices (each with its code book) written to a pack cache and mapped back: the same logits.
+        const std::string prompt = " --tokens 5,17,200 -n 1 -t 2 --logits ";
+        const std::string plain = dir.file(std::string(type) + ".f32"), cached = plain + ".cached";
+        REQUIRE(run(KT_RUN_EXE, "-m " + path + prompt + plain).exit_code == 0);
+        for (int pass = 0; pass < 2; ++pass) {  // the first writes the cache, the second maps it
+            const kt::test::ProgramRun r = run(KT_RUN_EXE, "-v -m " + path + " --pack-cache" + prompt + cached);
+            INFO(r.all());
+            REQUIRE(r.exit_code == 0);
+            CHECK(r.all().find(pass == 0 ? "written" : ": used") != std::string::npos);
+            CHECK(bytes_of(cached) == bytes_of(plain));
+        }
     }
 }
 

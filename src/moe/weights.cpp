@@ -93,17 +93,27 @@ struct GridFormat {
     int32_t type;
     float unit;
     int scale_group;                  // weights per scale code: 16 or 32 (the packed matrix's group)
-    int8_t book[cpu::kCodebookSize];  // every value the decoder gives, in index order (the rest unused)
+    int book_size;
+    int8_t book[cpu::kCodebookSize];  // every value the decoder gives, ascending (index order; the rest unused)
 };
 constexpr GridFormat kGridFormats[] = {
-    {KT_TYPE_IQ1_S, 0.125f, 32, {-9, -7, -1, 1, 7, 9}},  // IQ1: eighths, 8 g +- 1 for g = -1, 0, 1
-    {KT_TYPE_IQ1_M, 0.125f, 16, {-9, -7, -1, 1, 7, 9}},
-    {KT_TYPE_IQ2_XXS, 0.125f, 32, {-43, -25, -8, 8, 25, 43}},
-    {KT_TYPE_IQ2_XS, 0.125f, 16, {-43, -25, -8, 8, 25, 43}},
-    {KT_TYPE_IQ2_S, 0.125f, 16, {-43, -25, -8, 8, 25, 43}},
-    {KT_TYPE_IQ3_XXS, 0.25f, 32, {-62, -52, -44, -36, -28, -20, -12, -4, 4, 12, 20, 28, 36, 44, 52, 62}},
-    {KT_TYPE_IQ3_S, 1.0f, 32, {-15, -13, -11, -9, -7, -5, -3, -1, 1, 3, 5, 7, 9, 11, 13, 15}},
+    {KT_TYPE_IQ1_S, 0.125f, 32, 6, {-9, -7, -1, 1, 7, 9}},  // IQ1: eighths, 8 g +- 1 for g = -1, 0, 1
+    {KT_TYPE_IQ1_M, 0.125f, 16, 6, {-9, -7, -1, 1, 7, 9}},
+    {KT_TYPE_IQ2_XXS, 0.125f, 32, 6, {-43, -25, -8, 8, 25, 43}},
+    {KT_TYPE_IQ2_XS, 0.125f, 16, 6, {-43, -25, -8, 8, 25, 43}},
+    {KT_TYPE_IQ2_S, 0.125f, 16, 6, {-43, -25, -8, 8, 25, 43}},
+    {KT_TYPE_IQ3_XXS, 0.25f, 32, 16, {-62, -52, -44, -36, -28, -20, -12, -4, 4, 12, 20, 28, 36, 44, 52, 62}},
+    {KT_TYPE_IQ3_S, 1.0f, 32, 16, {-15, -13, -11, -9, -7, -5, -3, -1, 1, 3, 5, 7, 9, 11, 13, 15}},
 };
+
+// decode_grid_row finds a value's index as the number of book entries below it.
+constexpr bool books_ascend() {
+    for (const GridFormat &g : kGridFormats)
+        for (int i = 1; i < g.book_size; ++i)
+            if (g.book[i - 1] >= g.book[i]) return false;
+    return true;
+}
+static_assert(books_ascend());
 
 // The grid format `type`, or nullptr.
 const GridFormat *grid_format(int32_t type) {
@@ -241,8 +251,6 @@ uint16_t decode_grid_block(int32_t type, const uint8_t *row, int64_t b, int8_t *
 
 void decode_grid_row(int32_t type, const uint8_t *p, int64_t nsb, RowScratch *s, cpu::RowFields *f) {
     const GridFormat *fmt = grid_format(type);  // not null: native_packed_type made the row IQ_GRID
-    uint8_t index_of[256] = {};  // value (as a byte) -> index; 0 is no value of any book, so unused entries may land there
-    for (int i = 0; i < cpu::kCodebookSize; ++i) index_of[static_cast<uint8_t>(fmt->book[i])] = static_cast<uint8_t>(i);
     const int groups = ref::kQKK / fmt->scale_group;  // per super-block
     s->codes.resize(static_cast<size_t>(nsb * ref::kQKK));
     s->i8_group.resize(static_cast<size_t>(nsb * groups));
@@ -254,8 +262,14 @@ void decode_grid_row(int32_t type, const uint8_t *p, int64_t nsb, RowScratch *s,
         s->f32_scale[static_cast<size_t>(b)] = fp16_to_f32(d) * fmt->unit;
         int8_t *sc = s->i8_group.data() + b * groups;
         for (int g = 0; g < groups; ++g) sc[g] = static_cast<int8_t>(2 * codes[g] + 1);
+        // A value's index: the count of book entries below it (the books ascend), as compares the compiler
+        // vectorizes; a byte-by-byte table lookup here was a fifth of an IQ2_XXS load.
         uint8_t *c = s->codes.data() + b * ref::kQKK;
-        for (int i = 0; i < ref::kQKK; ++i) c[i] = index_of[static_cast<uint8_t>(values[i])];
+        std::memset(c, 0, ref::kQKK);
+        for (int j = 0; j < fmt->book_size; ++j) {
+            const int8_t entry = fmt->book[j];
+            for (int i = 0; i < ref::kQKK; ++i) c[i] = static_cast<uint8_t>(c[i] + (values[i] > entry ? 1 : 0));
+        }
     }
     f->codes = s->codes.data();
     f->i8_group = s->i8_group.data();

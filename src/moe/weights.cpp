@@ -85,25 +85,44 @@ Status make_source(int32_t type, const void *data, int64_t rows, int64_t cols, M
 
 namespace {
 
+// One grid-format block at p as integers (ops/ref): its 256 values, its scale codes (one per scale group) and its
+// f16 d.
+template <class Block, auto kDecode>
+uint16_t decode_grid_block(const uint8_t *p, int8_t *values, uint8_t *codes) {
+    Block block;
+    std::memcpy(&block, p, sizeof block);
+    if constexpr (std::is_same_v<Block, ref::BlockIq1M>) {
+        return kDecode(&block, values, codes);  // its d is spread over the scale words
+    } else {
+        kDecode(&block, values, codes);
+        return block.d;
+    }
+}
+
 // The grid formats as IQ_GRID fields (packed.h). ops/ref decodes a block to integers, a signed grid value per weight
 // and a scale code s per 16 or 32 weights, with w = d * unit * (2 s + 1) * value; the row's fields are the values'
 // indices in the format's book, sc = 2 s + 1 per scale group (the packed group) and d * unit as an f32 (exact: unit
 // is a power of two).
 struct GridFormat {
     int32_t type;
+    uint16_t (*decode_block)(const uint8_t *p, int8_t *values, uint8_t *codes);
     float unit;
     int scale_group;                  // weights per scale code: 16 or 32 (the packed matrix's group)
     int book_size;
     int8_t book[cpu::kCodebookSize];  // every value the decoder gives, ascending (index order; the rest unused)
 };
 constexpr GridFormat kGridFormats[] = {
-    {KT_TYPE_IQ1_S, 0.125f, 32, 6, {-9, -7, -1, 1, 7, 9}},  // IQ1: eighths, 8 g +- 1 for g = -1, 0, 1
-    {KT_TYPE_IQ1_M, 0.125f, 16, 6, {-9, -7, -1, 1, 7, 9}},
-    {KT_TYPE_IQ2_XXS, 0.125f, 32, 6, {-43, -25, -8, 8, 25, 43}},
-    {KT_TYPE_IQ2_XS, 0.125f, 16, 6, {-43, -25, -8, 8, 25, 43}},
-    {KT_TYPE_IQ2_S, 0.125f, 16, 6, {-43, -25, -8, 8, 25, 43}},
-    {KT_TYPE_IQ3_XXS, 0.25f, 32, 16, {-62, -52, -44, -36, -28, -20, -12, -4, 4, 12, 20, 28, 36, 44, 52, 62}},
-    {KT_TYPE_IQ3_S, 1.0f, 32, 16, {-15, -13, -11, -9, -7, -5, -3, -1, 1, 3, 5, 7, 9, 11, 13, 15}},
+    // IQ1: eighths, 8 g +- 1 for g = -1, 0, 1
+    {KT_TYPE_IQ1_S, &decode_grid_block<ref::BlockIq1S, ref::iq1_s_values>, 0.125f, 32, 6, {-9, -7, -1, 1, 7, 9}},
+    {KT_TYPE_IQ1_M, &decode_grid_block<ref::BlockIq1M, ref::iq1_m_values>, 0.125f, 16, 6, {-9, -7, -1, 1, 7, 9}},
+    {KT_TYPE_IQ2_XXS, &decode_grid_block<ref::BlockIq2Xxs, ref::iq2_xxs_values>, 0.125f, 32, 6,
+     {-43, -25, -8, 8, 25, 43}},
+    {KT_TYPE_IQ2_XS, &decode_grid_block<ref::BlockIq2Xs, ref::iq2_xs_values>, 0.125f, 16, 6, {-43, -25, -8, 8, 25, 43}},
+    {KT_TYPE_IQ2_S, &decode_grid_block<ref::BlockIq2S, ref::iq2_s_values>, 0.125f, 16, 6, {-43, -25, -8, 8, 25, 43}},
+    {KT_TYPE_IQ3_XXS, &decode_grid_block<ref::BlockIq3Xxs, ref::iq3_xxs_values>, 0.25f, 32, 16,
+     {-62, -52, -44, -36, -28, -20, -12, -4, 4, 12, 20, 28, 36, 44, 52, 62}},
+    {KT_TYPE_IQ3_S, &decode_grid_block<ref::BlockIq3S, ref::iq3_s_values>, 1.0f, 32, 16,
+     {-15, -13, -11, -9, -7, -5, -3, -1, 1, 3, 5, 7, 9, 11, 13, 15}},
 };
 
 // decode_grid_row finds a value's index as the number of book entries below it.
@@ -223,42 +242,17 @@ struct RowScratch {
     std::vector<int8_t> i8_group;
 };
 
-// Super-block b of a grid-format row as integers: its 256 values, its scale codes (one per scale_group weights)
-// and its f16 d.
-template <class Block, class Decode>
-uint16_t grid_block(const uint8_t *row, int64_t b, int8_t *values, uint8_t *codes, Decode decode) {
-    Block block;
-    std::memcpy(&block, row + b * static_cast<int64_t>(sizeof block), sizeof block);
-    if constexpr (std::is_same_v<Block, ref::BlockIq1M>) {
-        return decode(&block, values, codes);  // its d is spread over the scale words
-    } else {
-        decode(&block, values, codes);
-        return block.d;
-    }
-}
-
-uint16_t decode_grid_block(int32_t type, const uint8_t *row, int64_t b, int8_t *values, uint8_t *codes) {
-    switch (type) {
-        case KT_TYPE_IQ1_S: return grid_block<ref::BlockIq1S>(row, b, values, codes, ref::iq1_s_values);
-        case KT_TYPE_IQ1_M: return grid_block<ref::BlockIq1M>(row, b, values, codes, ref::iq1_m_values);
-        case KT_TYPE_IQ2_XXS: return grid_block<ref::BlockIq2Xxs>(row, b, values, codes, ref::iq2_xxs_values);
-        case KT_TYPE_IQ2_XS: return grid_block<ref::BlockIq2Xs>(row, b, values, codes, ref::iq2_xs_values);
-        case KT_TYPE_IQ2_S: return grid_block<ref::BlockIq2S>(row, b, values, codes, ref::iq2_s_values);
-        case KT_TYPE_IQ3_XXS: return grid_block<ref::BlockIq3Xxs>(row, b, values, codes, ref::iq3_xxs_values);
-        default: return grid_block<ref::BlockIq3S>(row, b, values, codes, ref::iq3_s_values);
-    }
-}
-
 void decode_grid_row(int32_t type, const uint8_t *p, int64_t nsb, RowScratch *s, cpu::RowFields *f) {
     const GridFormat *fmt = grid_format(type);  // not null: native_packed_type made the row IQ_GRID
     const int groups = ref::kQKK / fmt->scale_group;  // per super-block
+    const int64_t block_bytes = ops::type_traits(type)->block_bytes;
     s->codes.resize(static_cast<size_t>(nsb * ref::kQKK));
     s->i8_group.resize(static_cast<size_t>(nsb * groups));
     s->f32_scale.resize(static_cast<size_t>(nsb));
     int8_t values[ref::kQKK];
     uint8_t codes[ref::kQKK / 16];
     for (int64_t b = 0; b < nsb; ++b) {
-        const uint16_t d = decode_grid_block(type, p, b, values, codes);
+        const uint16_t d = fmt->decode_block(p + b * block_bytes, values, codes);
         s->f32_scale[static_cast<size_t>(b)] = fp16_to_f32(d) * fmt->unit;
         int8_t *sc = s->i8_group.data() + b * groups;
         for (int g = 0; g < groups; ++g) sc[g] = static_cast<int8_t>(2 * codes[g] + 1);

@@ -16,7 +16,9 @@
 //   bytes  tg: per token, every weight of the attention blocks, router, dense and shared FFNs and the output head,
 //          the routed experts' share k/X of the expert tensors, one embedding row, and the KV cache at the test's
 //          mean depth; pp: per batch of -ub tokens, the non-expert weights and the expected share of the experts
-//          that batch touches, 1 - (1 - k/X)^ub, with uniform routing
+//          that batch touches, 1 - (1 - k/X)^ub, with uniform routing. Weights count as the kernels hold them:
+//          packed (kt_packed_matrix_bytes: about the file's bytes for the formats kernels read as stored, more for
+//          those they convert, such as the grid formats), or as the file stores them with --kernels reference
 //   ops    the GEMM multiply-adds kt counted while the test ran (kt_get_gemm_counts), by the ISA whose code ran
 //          them and by arithmetic, each over that ISA's measured peak: prefill that ran on AMX tiles is held
 //          against the AMX peak, the rest against AVX-512's. Attention over the cache is not counted. With the
@@ -88,14 +90,22 @@ Part part_of(const std::string &name, const std::vector<bool> &moe_layer) {
     return layer < moe_layer.size() && moe_layer[layer] ? kExpertsPart : kDenseFfnPart;
 }
 
+// Weight bytes as a set of kernels reads them.
+struct WeightBytes {
+    double per_token = 0;      // read by one decode step (KV cache excluded)
+    double part[kParts] = {};  // per_token by the part of the layer whose time reads them
+    double experts = 0;        // all routed-expert tensors
+    double all = 0;            // every tensor
+};
+
 // What the model file says about itself, for the table and the roofline bounds.
 struct ModelInfo {
     std::string path, desc;
     uint64_t bytes = 0, params = 0;
     int64_t n_vocab = 0;
-    double bytes_per_token = 0;  // weights read by one decode step (KV cache excluded)
-    double part_bytes[kParts] = {};  // bytes_per_token by the part of the layer whose time reads them
-    double expert_bytes = 0;     // all routed-expert tensors
+    // As the file stores the weights (what the reference kernels read), and as the expert engine's kernels hold them
+    // (KT_KERNELS_AUTO); read: the one the run's kernels read, which the bounds and rates use.
+    WeightBytes file, packed, read;
     int64_t n_expert = 0, n_used = 0;
     double macs_per_token = 0;   // multiply-adds per prefill token through projections, router and experts
     int32_t bos = -1;
@@ -145,7 +155,16 @@ bool ends_with(const std::string &s, const char *suffix) {
 
 bool contains(const std::string &s, const char *part) { return s.find(part) != std::string::npos; }
 
-ModelInfo describe(kt_model *model, const std::string &path) {
+// The bytes a weight tensor takes packed for the kernels: each of its matrices as kt_packed_matrix_bytes says; a
+// vector, or a type kt does not pack, as the file holds it.
+double packed_bytes(const kt_tensor_info &t) {
+    uint64_t one = 0;
+    if (t.n_dims < 2 || kt_packed_matrix_bytes(t.type, t.ne[1], t.ne[0], &one) != KT_STATUS_OK)
+        return static_cast<double>(t.n_bytes);
+    return static_cast<double>(one) * static_cast<double>(t.ne[2]) * static_cast<double>(t.ne[3]);
+}
+
+ModelInfo describe(kt_model *model, const std::string &path, int32_t kernels) {
     ModelInfo m;
     m.path = path;
     const std::string arch = kt_model_architecture(model);
@@ -175,9 +194,11 @@ ModelInfo describe(kt_model *model, const std::string &path) {
             moe_layer[layer] = true;
         }
     }
-    auto add_read = [&](Part part, double bytes) {
-        m.bytes_per_token += bytes;
-        m.part_bytes[part] += bytes;
+    auto add_read = [&](Part part, double file_bytes, double packed) {
+        m.file.per_token += file_bytes;
+        m.file.part[part] += file_bytes;
+        m.packed.per_token += packed;
+        m.packed.part[part] += packed;
     };
     for (int64_t i = 0; i < count; ++i) {
         kt_tensor_info t;
@@ -187,15 +208,24 @@ ModelInfo describe(kt_model *model, const std::string &path) {
         m.bytes += t.n_bytes;
         m.params += t.n_elements;
         if (name == "output.weight") has_output = true;
-        if (name == "token_embd.weight") {
+        if (name == "token_embd.weight") {  // looked up in the file, one row per token
             m.n_vocab = t.ne[1];
-            add_read(kOtherPart, static_cast<double>(t.n_bytes) / static_cast<double>(t.ne[1]));  // one row
+            const double row = static_cast<double>(t.n_bytes) / static_cast<double>(t.ne[1]);
+            add_read(kOtherPart, row, row);
+            m.file.all += static_cast<double>(t.n_bytes);
+            m.packed.all += static_cast<double>(t.n_bytes);
             continue;
         }
         const bool experts = contains(name, "_exps.");
-        if (experts) m.expert_bytes += static_cast<double>(t.n_bytes);
+        const double file_bytes = static_cast<double>(t.n_bytes), packed = packed_bytes(t);
+        m.file.all += file_bytes;
+        m.packed.all += packed;
+        if (experts) {
+            m.file.experts += file_bytes;
+            m.packed.experts += packed;
+        }
         const double share = experts && n_expert > 0 ? static_cast<double>(n_used) / static_cast<double>(n_expert) : 1.0;
-        add_read(part_of(name, moe_layer), static_cast<double>(t.n_bytes) * share);
+        add_read(part_of(name, moe_layer), file_bytes * share, packed * share);
         const bool matrix = t.n_dims >= 2 && ends_with(name, ".weight");
         const bool counted = contains(name, "attn_q") || contains(name, "attn_k") || contains(name, "attn_v") ||
                              contains(name, "attn_output") || contains(name, "ffn_");
@@ -205,10 +235,13 @@ ModelInfo describe(kt_model *model, const std::string &path) {
         for (int64_t i = 0; i < count; ++i) {
             kt_tensor_info t;
             t.struct_size = sizeof t;
-            if (kt_model_tensor_info(model, i, &t) == KT_STATUS_OK && std::string(t.name) == "token_embd.weight")
-                add_read(kHeadPart, static_cast<double>(t.n_bytes));
+            if (kt_model_tensor_info(model, i, &t) == KT_STATUS_OK && std::string(t.name) == "token_embd.weight") {
+                add_read(kHeadPart, static_cast<double>(t.n_bytes), packed_bytes(t));
+                m.packed.all += packed_bytes(t);  // a packed copy beside the embedding the lookups read
+            }
         }
     }
+    m.read = kernels == KT_KERNELS_REFERENCE ? m.file : m.packed;
     return m;
 }
 
@@ -260,7 +293,7 @@ struct Result {
     // for parts that read nothing or took no time.
     double read_rate(int part) const {
         if (test.n_prompt != 0 || test.n_gen <= 0) return 0;
-        const double bytes = part == kParts ? model.bytes_per_token : model.part_bytes[part];
+        const double bytes = part == kParts ? model.read.per_token : model.read.part[part];
         const double spent = part == kParts ? phase_total() : part_seconds(static_cast<Part>(part));
         const double tokens = static_cast<double>(test.n_gen) * static_cast<double>(seconds.size());
         return bytes > 0 && spent > 0 ? bytes * tokens / spent : 0;
@@ -391,7 +424,7 @@ bool run_model(const Options &o, const std::string &path, std::vector<Result> *r
         return false;
     }
     if (o.model_params.device != KT_DEVICE_NONE) std::fprintf(stderr, "%s", kt_cli::device_plan(model).c_str());
-    const ModelInfo info = describe(model, path);
+    const ModelInfo info = describe(model, path, o.kernels);
     std::vector<Test> tests;
     for (int64_t p : o.n_prompt)
         if (p > 0) tests.push_back({p, 0});
@@ -494,7 +527,7 @@ bool run_model(const Options &o, const std::string &path, std::vector<Result> *r
                 const double reps = static_cast<double>(o.repetitions);
                 const double kv_bytes_per_pos = static_cast<double>(r.kv_bytes_per_position);
                 const double mean_depth = static_cast<double>(test.n_prompt) + static_cast<double>(test.n_gen) / 2.0;
-                const double gen_bytes = static_cast<double>(test.n_gen) * (info.bytes_per_token + kv_bytes_per_pos * mean_depth);
+                const double gen_bytes = static_cast<double>(test.n_gen) * (info.read.per_token + kv_bytes_per_pos * mean_depth);
                 const double gen_ops_s = ops_seconds(r.gen_counts, roofline) / reps;
                 const double gen_s = std::max(gen_bytes / roofline.read_bytes_per_s, gen_ops_s);
 
@@ -503,8 +536,8 @@ bool run_model(const Options &o, const std::string &path, std::vector<Result> *r
                 const double touched = info.n_expert > 0
                     ? 1.0 - std::pow(1.0 - static_cast<double>(info.n_used) / static_cast<double>(info.n_expert), static_cast<double>(ub))
                     : 1.0;
-                const double dense_bytes = static_cast<double>(info.bytes) - info.expert_bytes;
-                const double pp_bytes = test.n_prompt > 0 ? batches * (dense_bytes + info.expert_bytes * touched) : 0.0;
+                const double dense_bytes = info.read.all - info.read.experts;
+                const double pp_bytes = test.n_prompt > 0 ? batches * (dense_bytes + info.read.experts * touched) : 0.0;
                 double pp_ops_s = ops_seconds(r.prompt_counts, roofline) / reps;
                 if (pp_ops_s < 0)  // nothing counted (reference kernels): the model's multiply-adds at the int8 peak
                     pp_ops_s = static_cast<double>(test.n_prompt) * 2.0 * info.macs_per_token / roofline.int8_ops_per_s;
@@ -537,11 +570,13 @@ void print_markdown(const std::vector<Result> &results) {
     for (size_t i = 0; i < results.size(); ++i) {
         const Result &r = results[i];
         if (i == 0 || r.model.path != results[i - 1].model.path)
-            std::printf("%s: %.4g MB read per generated token (attention %.4g, experts %.4g, dense ffn %.4g, head "
-                        "%.4g, other %.4g; + KV cache: %llu bytes per token of context), %.4g GOP per prompt token\n",
-                        r.model.path.c_str(), r.model.bytes_per_token / 1e6, r.model.part_bytes[kAttentionPart] / 1e6,
-                        r.model.part_bytes[kExpertsPart] / 1e6, r.model.part_bytes[kDenseFfnPart] / 1e6,
-                        r.model.part_bytes[kHeadPart] / 1e6, r.model.part_bytes[kOtherPart] / 1e6,
+            std::printf("%s: %.4g MB read per generated token as the kernels hold the weights (file: %.4g MB; "
+                        "attention %.4g, experts %.4g, dense ffn %.4g, head %.4g, other %.4g; + KV cache: %llu bytes "
+                        "per token of context), %.4g GOP per prompt token\n",
+                        r.model.path.c_str(), r.model.read.per_token / 1e6, r.model.file.per_token / 1e6,
+                        r.model.read.part[kAttentionPart] / 1e6, r.model.read.part[kExpertsPart] / 1e6,
+                        r.model.read.part[kDenseFfnPart] / 1e6, r.model.read.part[kHeadPart] / 1e6,
+                        r.model.read.part[kOtherPart] / 1e6,
                         static_cast<unsigned long long>(r.kv_bytes_per_position), 2.0 * r.model.macs_per_token / 1e9);
         if (r.roofline.n_threads > 0)
             std::printf("  %-13s roofline with %d threads: read %.1f GB/s (before %.1f, after %.1f; %.0f MiB buffer), "
@@ -648,7 +683,8 @@ std::vector<Field> fields(const Result &r) {
         {"roofline_amx_int8_ops_per_s", num(r.roofline.amx_int8_ops_per_s), false},
         {"roofline_amx_bf16_flops_per_s", num(r.roofline.amx_bf16_flops_per_s), false},
         {"ran_on", r.ran_on, true},
-        {"bytes_per_token", num(r.model.bytes_per_token), false},
+        {"bytes_per_token", num(r.model.read.per_token), false},
+        {"file_bytes_per_token", num(r.model.file.per_token), false},
         {"kv_bytes_per_position", std::to_string(r.kv_bytes_per_position), false},
         {"ops_per_prompt_token", num(2.0 * r.model.macs_per_token), false},
         {"bound_ts", num(r.bound_ts), false},

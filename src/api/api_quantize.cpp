@@ -6,6 +6,7 @@
 #include "api/api_internal.h"
 #include "core/checked_math.h"
 #include "core/log.h"
+#include "moe/weights.h"
 #include "ops/ref/quants_ref.h"
 #include "ops/types.h"
 
@@ -105,6 +106,13 @@ KT_API kt_status kt_dequantize(int32_t type, const void *src, uint64_t src_bytes
             kt::ref::dequantize_row(type, row, dst + i * static_cast<uint64_t>(r.n_per_row), r.n_per_row);
         }
         return Status::ok();
+    }));
+}
+
+KT_API kt_status kt_packed_matrix_bytes(int32_t type, int64_t n_rows, int64_t n_per_row, uint64_t *out_bytes) {
+    return finish(kt::api::guard([&]() -> Status {
+        KT_RETURN_IF(!out_bytes, KT_STATUS_INVALID_ARGUMENT, "kt_packed_matrix_bytes: out_bytes is NULL");
+        return kt::moe::packed_matrix_bytes(type, n_rows, n_per_row, kt::moe::TargetFormat::kAsSource, 128, out_bytes);
     }));
 }
 

@@ -193,6 +193,19 @@ Status pack_spec_for(const MatrixSource &src, TargetFormat target, int32_t int4_
     return Status::ok();
 }
 
+Status packed_matrix_bytes(int32_t type, int64_t rows, int64_t cols, TargetFormat target, int32_t int4_group,
+                           uint64_t *out) {
+    static const uint8_t kShapeOnly = 0;  // make_source wants data; nothing below reads it
+    MatrixSource src;
+    KT_TRY(make_source(type, &kShapeOnly, rows, cols, &src));
+    PackSpec spec;
+    KT_TRY(pack_spec_for(src, target, int4_group, &spec));
+    cpu::PackedLayout layout;
+    KT_TRY(slice_layout(src, spec, 0, rows, 0, cols, &layout));
+    *out = static_cast<uint64_t>(layout.bytes);
+    return Status::ok();
+}
+
 namespace {
 
 bool converts(const MatrixSource &src, const PackSpec &spec) {

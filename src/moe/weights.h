@@ -58,6 +58,11 @@ bool native_packed_type(int32_t gguf_type, cpu::PackedType *out);
 // What `src` becomes under `target`.
 Status pack_spec_for(const MatrixSource &src, TargetFormat target, int32_t int4_group, PackSpec *out);
 
+// The bytes a [rows][cols] matrix of GGUF `type` takes packed whole under `target` (kt_packed_matrix_bytes): what
+// a one-token GEMV over it reads. Needs no data: a layout depends on the type and shape alone.
+Status packed_matrix_bytes(int32_t type, int64_t rows, int64_t cols, TargetFormat target, int32_t int4_group,
+                           uint64_t *out);
+
 // K granularity at which a matrix packed as `spec` from `src` may be cut into slices.
 int64_t slice_k_granularity(const MatrixSource &src, const PackSpec &spec);
 

@@ -204,6 +204,32 @@ TEST_CASE("expert pool api: SwiGLU with a clamp limit and with alpha") {
     }
 }
 
+// kt_packed_matrix_bytes (what kt-bench counts as a decode step's reads) against the bytes a pool packs: the pool's
+// gate and up are [I][H], its down [H][I], each expert packed whole (one NUMA group).
+TEST_CASE("expert pool api: an expert's packed bytes are kt_packed_matrix_bytes of its matrices") {
+    struct Case {
+        int32_t type;
+        int64_t hidden, inter;
+    };
+    const Case cases[] = {{KT_TYPE_Q4_K, 512, 256}, {KT_TYPE_Q6_K, 256, 512}, {KT_TYPE_IQ4_XS, 256, 256},
+                          {KT_TYPE_Q8_0, 96, 160},  {KT_TYPE_Q5_1, 64, 96},   {KT_TYPE_Q3_K, 256, 256},
+                          {KT_TYPE_F16, 96, 40}};
+    for (const Case &c : cases) {
+        CAPTURE(c.type);
+        const ExpertWeights w = make_experts(c.type, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 2, c.hidden, c.inter, 21);
+        kt_expert_pool *pool = make_pool(w, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 4, 2, KT_NUMA_OFF);
+        kt_expert_pool_info info;
+        info.struct_size = sizeof info;
+        REQUIRE(kt_expert_pool_get_info(pool, &info) == KT_STATUS_OK);
+        uint64_t gate = 0, down = 0;
+        REQUIRE(kt_packed_matrix_bytes(c.type, c.inter, c.hidden, &gate) == KT_STATUS_OK);
+        REQUIRE(kt_packed_matrix_bytes(c.type, c.hidden, c.inter, &down) == KT_STATUS_OK);
+        CHECK(info.expert_bytes == 2 * gate + down);
+        CHECK(info.weight_bytes == 2 * info.expert_bytes);
+        kt_expert_pool_free(pool);
+    }
+}
+
 TEST_CASE("expert pool api: weights from a GGUF model layer") {
     const ExpertWeights w = make_experts(KT_TYPE_Q4_K, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, kE, 256, 256, 15);
     TempDir dir;

@@ -5,7 +5,6 @@
 namespace kt::cpu {
 namespace {
 
-
 // Appends a region of `bytes` at the next 64-byte boundary; returns false on overflow.
 bool append(size_t *cursor, uint64_t bytes, size_t *offset) {
     uint64_t start = 0, end = 0;
@@ -59,6 +58,11 @@ Status packed_layout(PackedType type, int64_t n, int64_t k, int32_t group, int32
     if (l.group > 0) l.groups = type == PackedType::kInt8 ? 1 : k / l.group;
     if (info.superblock > 0) l.superblocks = (k + l.superblock_k_offset + info.superblock - 1) / info.superblock;
 
+    // Every region below is at most 64 bytes per padded weight: bounding that keeps their products from wrapping.
+    uint64_t padded = 0;
+    KT_RETURN_IF(!checked_mul(static_cast<uint64_t>(l.np), static_cast<uint64_t>(l.kp), &padded) ||
+                     !checked_mul(padded, uint64_t{64}, &padded),
+                 KT_STATUS_INVALID_ARGUMENT, "packed layout %s: size overflows", info.name);
     const uint64_t tiles = static_cast<uint64_t>(l.panels) * static_cast<uint64_t>(l.tiles_per_half) * 2;
     const uint64_t cols = static_cast<uint64_t>(l.np);
     size_t cursor = 0, data = 0;

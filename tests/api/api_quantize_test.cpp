@@ -153,4 +153,22 @@ TEST_CASE("api: kt_packed_matrix_bytes rejects bad arguments") {
     CHECK(kt_packed_matrix_bytes(KT_TYPE_Q8_0, int64_t{1} << 40, int64_t{1} << 40, &bytes) == KT_STATUS_INVALID_ARGUMENT);
     CHECK(kt_packed_matrix_bytes(KT_TYPE_Q8_0, INT64_MAX, 32, &bytes) == KT_STATUS_INVALID_ARGUMENT);
     CHECK(bytes == 7);  // untouched by every failure
+
+    // Every type id and a spread of shapes, the absurd ones included: a status, never a crash (the sanitizer
+    // builds run this too), and a size only for a type kt reads and a shape its blocks divide.
+    const int64_t extents[] = {1, 31, 32, 256, 4096, int64_t{1} << 40, INT64_MAX};
+    for (int32_t type = -2; type < 48; ++type)
+        for (int64_t rows : extents)
+            for (int64_t cols : extents) {
+                CAPTURE(type, rows, cols);
+                uint64_t got = 0;
+                const kt_status s = kt_packed_matrix_bytes(type, rows, cols, &got);
+                CHECK((s == KT_STATUS_OK || s == KT_STATUS_INVALID_ARGUMENT || s == KT_STATUS_UNSUPPORTED));
+                if (s == KT_STATUS_UNSUPPORTED) CHECK(kt_type_can_dequantize(type) == 0);
+                if (s == KT_STATUS_OK) {
+                    CHECK(kt_type_can_dequantize(type) == 1);
+                    CHECK(cols % kt_type_block_size(type) == 0);
+                    CHECK(got >= static_cast<uint64_t>(rows));  // at least a byte per row of the padded panels
+                }
+            }
 }

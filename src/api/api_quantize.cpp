@@ -36,7 +36,10 @@ Status check_rows(const char *fn, int32_t type, bool (*supported)(int32_t), int6
     out->traits = t;
     out->n_rows = static_cast<uint64_t>(n_rows);
     out->n_per_row = n_per_row;
-    out->row_bytes = static_cast<uint64_t>(kt::ops::row_bytes(*t, n_per_row));
+    int64_t row_bytes = 0;
+    KT_RETURN_IF(!kt::ops::checked_row_bytes(*t, n_per_row, &row_bytes), KT_STATUS_INVALID_ARGUMENT,
+                 "%s: rows of %lld %s elements are too large", fn, static_cast<long long>(n_per_row), t->name);
+    out->row_bytes = static_cast<uint64_t>(row_bytes);
     KT_RETURN_IF(!kt::checked_mul(out->n_rows, out->row_bytes, &out->total_bytes) ||
                      !kt::checked_mul(out->n_rows, static_cast<uint64_t>(n_per_row), &out->n_elements),
                  KT_STATUS_INVALID_ARGUMENT, "%s: %lld rows of %lld elements is too large", fn,

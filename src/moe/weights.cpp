@@ -74,11 +74,12 @@ Status make_source(int32_t type, const void *data, int64_t rows, int64_t cols, M
                  "weights: %s rows of %lld values are not a whole number of %lld-value blocks", t->name,
                  static_cast<long long>(cols), static_cast<long long>(t->block_size));
     MatrixSource s;
+    KT_RETURN_IF(!ops::checked_row_bytes(*t, cols, &s.row_bytes), KT_STATUS_INVALID_ARGUMENT,
+                 "weights: rows of %lld %s values are too large", static_cast<long long>(cols), t->name);
     s.type = type;
     s.data = static_cast<const uint8_t *>(data);
     s.rows = rows;
     s.cols = cols;
-    s.row_bytes = ops::row_bytes(*t, cols);
     *out = s;
     return Status::ok();
 }

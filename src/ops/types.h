@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "core/checked_math.h"
 #include "kt.h"
 
 namespace kt::ops {
@@ -27,5 +28,10 @@ const TypeTraits *type_traits_by_name(std::string_view name);
 
 // Bytes of one row of `n` elements; requires n % block_size == 0 (callers validate first).
 inline int64_t row_bytes(const TypeTraits &t, int64_t n) { return n / t.block_size * t.block_bytes; }
+
+// row_bytes for a length nothing has bounded yet (a caller's argument): false where the size does not fit.
+inline bool checked_row_bytes(const TypeTraits &t, int64_t n, int64_t *out) {
+    return checked_mul(n / t.block_size, t.block_bytes, out);
+}
 
 }  // namespace kt::ops

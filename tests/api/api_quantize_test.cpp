@@ -99,6 +99,9 @@ TEST_CASE("api: kt_quantize and kt_dequantize reject bad arguments") {
     CHECK(kt_quantize(KT_TYPE_F32, x.data(), INT64_MAX, 32, q.data(), q.size(), nullptr) == KT_STATUS_INVALID_ARGUMENT);
     CHECK(kt_dequantize(KT_TYPE_F32, q.data(), q.size(), INT64_MAX / 2, 64, y.data(), y.size()) ==
           KT_STATUS_INVALID_ARGUMENT);
+    // One row too long for its bytes to fit (INT64_MAX F32 values: 4 bytes each), not wrapped (UBSan would say).
+    CHECK(kt_quantize(KT_TYPE_F32, x.data(), 1, INT64_MAX, q.data(), q.size(), nullptr) == KT_STATUS_INVALID_ARGUMENT);
+    CHECK(kt_dequantize(KT_TYPE_F32, q.data(), q.size(), 1, INT64_MAX, y.data(), y.size()) == KT_STATUS_INVALID_ARGUMENT);
     // NULL buffers (with elements to process).
     CHECK(kt_quantize(KT_TYPE_Q8_0, nullptr, 1, 32, q.data(), q.size(), nullptr) == KT_STATUS_INVALID_ARGUMENT);
     CHECK(kt_quantize(KT_TYPE_Q8_0, x.data(), 1, 32, nullptr, 34, nullptr) == KT_STATUS_INVALID_ARGUMENT);

@@ -77,6 +77,35 @@ TEST_CASE("api: kt_dequantize reads the integer types") {
     CHECK(y == std::vector<float>{-7.0f, 0.0f, 1.0f, 123456.0f});
 }
 
+// Every type id against a spread of shapes, absurd ones included, as size queries (no buffers): a status and, for
+// a size, the rows' bytes; never a crash or a wrapped multiplication (the sanitizer builds run this too).
+TEST_CASE("api: kt_quantize and kt_dequantize size every type and shape or refuse it") {
+    const int64_t extents[] = {-1, 0, 1, 31, 32, 256, int64_t{1} << 40, INT64_MAX};
+    for (int32_t type = -2; type < 48; ++type)
+        for (int64_t rows : extents)
+            for (int64_t n : extents) {
+                CAPTURE(type, rows, n);
+                uint64_t bytes = 0;
+                const kt_status q = kt_quantize(type, nullptr, rows, n, nullptr, 0, &bytes);
+                if (q == KT_STATUS_OK || q == KT_STATUS_BUFFER_TOO_SMALL) {
+                    CHECK(kt_type_can_quantize(type) == 1);
+                    // In 128 bits: a size the library accepts may pass INT64_MAX (rows of INT64_MAX F16 values).
+                    const unsigned __int128 want = static_cast<unsigned __int128>(rows) *
+                                                   static_cast<unsigned __int128>(n / kt_type_block_size(type)) *
+                                                   static_cast<unsigned __int128>(kt_type_block_bytes(type));
+                    CHECK(want <= UINT64_MAX);
+                    CHECK(bytes == static_cast<uint64_t>(want));
+                    CHECK((q == KT_STATUS_OK) == (bytes == 0));
+                } else {
+                    CHECK((q == KT_STATUS_INVALID_ARGUMENT || q == KT_STATUS_UNSUPPORTED));
+                }
+                const kt_status d = kt_dequantize(type, nullptr, 0, rows, n, nullptr, 0);
+                CHECK((d == KT_STATUS_OK || d == KT_STATUS_INVALID_ARGUMENT || d == KT_STATUS_UNSUPPORTED ||
+                       d == KT_STATUS_BUFFER_TOO_SMALL));
+                if (d == KT_STATUS_OK) CHECK(rows == 0);  // nothing to read, nothing to write
+            }
+}
+
 TEST_CASE("api: kt_quantize and kt_dequantize reject bad arguments") {
     std::vector<float> x(512, 1.0f), y(512);
     std::vector<uint8_t> q(4096);

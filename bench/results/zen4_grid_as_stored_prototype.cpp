@@ -6,6 +6,7 @@
 //   permute  the grid as 2-bit codes (16 bits an entry: 512 bytes in 8 registers), four vpermi2w and a two-level
 //            blend per 32 indices, then per 8 indices vpermw (an entry into its qword), vpmultishiftqb (its eight
 //            2-bit fields into bytes) and vpermb (field to value).
+//   permB    the permute decode over B = 2 or 4 blocks of 8 rows at once (perm16, perm32: independent chains).
 // Signs go onto the broadcast activations (a masked subtract), the dot is vpdpbusd, scale codes multiply the int32
 // group sums and d converts once per 256. Checked against a scalar loop on random data; grid values random from
 // {8, 25, 43}. Build: g++ -O3 -std=c++17 zen4_grid_as_stored_prototype.cpp && ./a.out
@@ -180,6 +181,82 @@ void gemv_perm(const Mat &m, const int8_t *x, float *y, int64_t n0, int64_t n1) 
     }
 }
 
+template <int B>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
+void gemv_permB(const Mat &m, const int8_t *x, float *y, int64_t n0, int64_t n1) {
+    const int64_t kc8 = m.k / 8, kc32 = m.k / 32, kc256 = m.k / 256;
+    const __m512i zero = _mm512_setzero_si512();
+    __m512i t[8];
+    for (int i = 0; i < 8; ++i) t[i] = _mm512_loadu_si512(grid_codes + 32 * i);
+    // vpmultishiftqb controls: byte e of each qword takes bits [2e, 2e + 8)
+    const __m512i shifts = _mm512_set1_epi64(0x0E0C0A0806040200LL);
+    alignas(64) uint8_t vt[64];
+    for (int i = 0; i < 64; ++i) vt[i] = (uint8_t[4]){8, 25, 43, 0}[i & 3];
+    const __m512i values = _mm512_load_si512(vt);
+    __m512i spread[4];  // word q*8 + c into every word of qword c
+    for (int q = 0; q < 4; ++q) {
+        alignas(64) uint16_t w[32];
+        for (int i = 0; i < 32; ++i) w[i] = (uint16_t)(q * 8 + i / 4);
+        spread[q] = _mm512_load_si512(w);
+    }
+    for (int64_t cb0 = n0 / 8; cb0 < n1 / 8; cb0 += B) {
+      __m512 accfs[B];
+      for (int b = 0; b < B; ++b) accfs[b] = _mm512_setzero_ps();
+      for (int64_t sb = 0; sb < kc256; ++sb) {
+        __m512i isbs[B];
+        for (int b = 0; b < B; ++b) isbs[b] = zero;
+        for (int g = 0; g < 8; ++g) {
+          for (int b = 0; b < B; ++b) {
+                const int64_t cb = cb0 + b;
+                const uint8_t *idx = m.idx.data() + cb * kc8 * 8, *sgn = m.sgn.data() + cb * kc8 * 8;
+                const uint8_t *scl = m.scl.data() + cb * kc32 * 8;
+                __m512i &isb = isbs[b];
+                const int64_t kc = sb * 32 + g * 4;
+                _mm_prefetch((const char *)(idx + (kc + 64) * 8), _MM_HINT_T1);
+                _mm_prefetch((const char *)(sgn + (kc + 64) * 8), _MM_HINT_T1);
+                const __m512i iw = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(idx + kc * 8)));
+                const __m512i r0 = _mm512_permutex2var_epi16(t[0], iw, t[1]);
+                const __m512i r1 = _mm512_permutex2var_epi16(t[2], iw, t[3]);
+                const __m512i r2 = _mm512_permutex2var_epi16(t[4], iw, t[5]);
+                const __m512i r3 = _mm512_permutex2var_epi16(t[6], iw, t[7]);
+                const __mmask32 b6 = _mm512_test_epi16_mask(iw, _mm512_set1_epi16(64));
+                const __mmask32 b7 = _mm512_test_epi16_mask(iw, _mm512_set1_epi16(128));
+                const __m512i codes = _mm512_mask_blend_epi16(b7, _mm512_mask_blend_epi16(b6, r0, r1),
+                                                              _mm512_mask_blend_epi16(b6, r2, r3));
+                __m512i ig = zero;
+                for (int q = 0; q < 4; ++q) {
+                    const __m512i wq = _mm512_permutexvar_epi8(
+                        _mm512_multishift_epi64_epi8(shifts, _mm512_permutexvar_epi16(spread[q], codes)), values);
+                    uint64_t s;
+                    std::memcpy(&s, sgn + (kc + q) * 8, 8);
+                    int64_t a;
+                    std::memcpy(&a, x + (kc + q) * 8, 8);
+                    const __m512i b = _mm512_set1_epi64(a);
+                    ig = _mm512_dpbusd_epi32(ig, wq, _mm512_mask_sub_epi8(b, _cvtu64_mask64(s), zero, b));
+                }
+                const __m128i s8 = _mm_loadl_epi64((const __m128i *)(scl + (sb * 8 + g) * 8));
+                const __m512i sc = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(s8, s8));
+                const __m512i odd = _mm512_add_epi32(_mm512_add_epi32(sc, sc), _mm512_set1_epi32(1));
+                isb = _mm512_add_epi32(isb, _mm512_mullo_epi32(ig, odd));
+          }
+        }
+        for (int b = 0; b < B; ++b) {
+            const float *d = m.d.data() + (cb0 + b) * kc256 * 8;
+            const __m256 dd = _mm256_loadu_ps(d + sb * 8);
+            const __m512 dpair = _mm512_permutexvar_ps(_mm512_set_epi32(7,7,6,6,5,5,4,4,3,3,2,2,1,1,0,0), _mm512_castps256_ps512(dd));
+            accfs[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isbs[b]), dpair, accfs[b]);
+        }
+      }
+      for (int b = 0; b < B; ++b) {
+        const __m512 sum = _mm512_add_ps(accfs[b], _mm512_permute_ps(accfs[b], 0xB1));
+        alignas(64) float tt[16];
+        _mm512_store_ps(tt, sum);
+        for (int c = 0; c < 8; ++c) y[(cb0 + b) * 8 + c] = tt[2 * c];
+      }
+    }
+}
+
+
 int main(int argc, char **argv) {
     std::mt19937_64 r(1);
     const uint8_t vals[3] = {8, 25, 43};
@@ -200,12 +277,20 @@ int main(int argc, char **argv) {
         double wp = 0;
         for (int i = 0; i < 256; ++i) wp = std::max(wp, (double)std::fabs(a[i] - p[i]) / (std::fabs(a[i]) + 1e-3));
         std::printf("perm: max rel diff vs scalar %.3g\n", wp);
+        gemv_permB<2>(m, x.data(), p.data(), 0, 256);
+        wp = 0;
+        for (int i = 0; i < 256; ++i) wp = std::max(wp, (double)std::fabs(a[i] - p[i]) / (std::fabs(a[i]) + 1e-3));
+        std::printf("perm x2: max rel diff vs scalar %.3g\n", wp);
+        gemv_permB<4>(m, x.data(), p.data(), 0, 256);
+        wp = 0;
+        for (int i = 0; i < 256; ++i) wp = std::max(wp, (double)std::fabs(a[i] - p[i]) / (std::fabs(a[i]) + 1e-3));
+        std::printf("perm x4: max rel diff vs scalar %.3g\n", wp);
         double worst = 0;
         for (int i = 0; i < 256; ++i) worst = std::max(worst, (double)std::fabs(a[i] - b[i]) / (std::fabs(a[i]) + 1e-3));
         std::printf("max rel diff vs scalar %.3g\n", worst);
     }
     auto bytes = [&](const Mat &m) { return (double)(m.idx.size() + m.sgn.size() + m.scl.size() + 4 * m.d.size()); };
-    for (int kind = 0; kind < 2; ++kind)
+    for (int kind = 0; kind < 4; ++kind)
     for (int64_t n : {int64_t{256}, (int64_t{256} << 20) / k * 4}) {   // in cache; ~1 G weights (~300 MB) streaming
         Mat m = make(n, k, 7);
         std::vector<float> y(n);
@@ -214,14 +299,15 @@ int main(int argc, char **argv) {
         const int reps = n == 256 ? 2000 : 12;
         for (int rep = 0; rep < reps; ++rep) {
             auto t0 = std::chrono::steady_clock::now();
-            if (kind == 0) gemv(m, x.data(), y.data(), 0, n); else gemv_perm(m, x.data(), y.data(), 0, n);
+            if (kind == 0) gemv(m, x.data(), y.data(), 0, n); else if (kind == 1) gemv_perm(m, x.data(), y.data(), 0, n);
+            else if (kind == 2) gemv_permB<2>(m, x.data(), y.data(), 0, n); else gemv_permB<4>(m, x.data(), y.data(), 0, n);
             double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             times.push_back(s);
         }
         std::sort(times.begin(), times.end());
         const double med = times[times.size() / 2];
         best = times[0];
-        std::printf("%s n %lld k %lld: %.2f bits/weight; median %.1f GOP/s (best %.1f), %.1f GB/s\n", kind ? "permute" : "gather ", (long long)n, (long long)k,
+        std::printf("%s n %lld k %lld: %.2f bits/weight; median %.1f GOP/s (best %.1f), %.1f GB/s\n", (const char *[]){"gather ", "permute", "perm16 ", "perm32 "}[kind], (long long)n, (long long)k,
                     8 * bytes(m) / (double)(n * k), 2.0 * n * k / med / 1e9, 2.0 * n * k / best / 1e9, bytes(m) / med / 1e9);
     }
 }

@@ -64,7 +64,8 @@ int usage(const char *message = nullptr) {
     return 2;
 }
 
-// Bytes a decode step reads from the weights: the non-expert tensors in full, the expert tensors by share.
+// Bytes a decode step reads from the weights as the kernels hold them (kt_packed_matrix_bytes): the non-expert
+// tensors in full, the expert tensors by share.
 struct WeightBytes {
     double dense = 0, experts = 0;
     int64_t n_expert = 0, n_used = 0;
@@ -81,7 +82,7 @@ WeightBytes weight_bytes(kt_model *model) {
         if (kt_model_tensor_info(model, i, &t) != KT_STATUS_OK) continue;
         const std::string name = t.name;
         if (name == "token_embd.weight") continue;  // one row per token
-        (name.find("_exps.") != std::string::npos ? w.experts : w.dense) += static_cast<double>(t.n_bytes);
+        (name.find("_exps.") != std::string::npos ? w.experts : w.dense) += kt_cli::packed_tensor_bytes(t);
     }
     return w;
 }

@@ -155,15 +155,6 @@ bool ends_with(const std::string &s, const char *suffix) {
 
 bool contains(const std::string &s, const char *part) { return s.find(part) != std::string::npos; }
 
-// The bytes a weight tensor takes packed for the kernels: each of its matrices as kt_packed_matrix_bytes says; a
-// vector, or a type kt does not pack, as the file holds it.
-double packed_bytes(const kt_tensor_info &t) {
-    uint64_t one = 0;
-    if (t.n_dims < 2 || kt_packed_matrix_bytes(t.type, t.ne[1], t.ne[0], &one) != KT_STATUS_OK)
-        return static_cast<double>(t.n_bytes);
-    return static_cast<double>(one) * static_cast<double>(t.ne[2]) * static_cast<double>(t.ne[3]);
-}
-
 ModelInfo describe(kt_model *model, const std::string &path, int32_t kernels) {
     ModelInfo m;
     m.path = path;
@@ -217,7 +208,7 @@ ModelInfo describe(kt_model *model, const std::string &path, int32_t kernels) {
             continue;
         }
         const bool experts = contains(name, "_exps.");
-        const double file_bytes = static_cast<double>(t.n_bytes), packed = packed_bytes(t);
+        const double file_bytes = static_cast<double>(t.n_bytes), packed = kt_cli::packed_tensor_bytes(t);
         m.file.all += file_bytes;
         m.packed.all += packed;
         if (experts) {
@@ -236,8 +227,8 @@ ModelInfo describe(kt_model *model, const std::string &path, int32_t kernels) {
             kt_tensor_info t;
             t.struct_size = sizeof t;
             if (kt_model_tensor_info(model, i, &t) == KT_STATUS_OK && std::string(t.name) == "token_embd.weight") {
-                add_read(kHeadPart, static_cast<double>(t.n_bytes), packed_bytes(t));
-                m.packed.all += packed_bytes(t);  // a packed copy beside the embedding the lookups read
+                add_read(kHeadPart, static_cast<double>(t.n_bytes), kt_cli::packed_tensor_bytes(t));
+                m.packed.all += kt_cli::packed_tensor_bytes(t);  // a packed copy beside the embedding the lookups read
             }
         }
     }

@@ -52,9 +52,10 @@ const Fmt kFmts[] = {
     {"Q5_0", KT_TYPE_Q5_0, moe::TargetFormat::kAsSource, 0},  {"Q5_1", KT_TYPE_Q5_1, moe::TargetFormat::kAsSource, 0},
     {"Q4_1", KT_TYPE_Q4_1, moe::TargetFormat::kAsSource, 0},
     {"IQ4_NL", KT_TYPE_IQ4_NL, moe::TargetFormat::kAsSource, 0},
-    // The grid formats pack as IQ_GRID in groups of 16 (IQ1_M, IQ2_XS, IQ2_S) or 32 (the others).
-    {"IQ_GRID16", KT_TYPE_IQ2_XS, moe::TargetFormat::kAsSource, 0},
-    {"IQ_GRID32", KT_TYPE_IQ2_XXS, moe::TargetFormat::kAsSource, 0},
+    // The grid formats pack as IQ_GRID3 (IQ1, IQ2) or IQ_GRID (IQ3), in groups of 16 (IQ1_M, IQ2_XS, IQ2_S) or 32.
+    {"IQ_GRID3_16", KT_TYPE_IQ2_XS, moe::TargetFormat::kAsSource, 0},
+    {"IQ_GRID3_32", KT_TYPE_IQ2_XXS, moe::TargetFormat::kAsSource, 0},
+    {"IQ_GRID32", KT_TYPE_IQ3_XXS, moe::TargetFormat::kAsSource, 0},
 };
 
 // The fastest repetition: what the code does when nothing else runs.

@@ -161,10 +161,13 @@ bool native_packed_type(int32_t gguf_type, PackedType *out) {
         case KT_TYPE_MXFP4: *out = PackedType::kMxfp4; return true;
         case KT_TYPE_BF16: *out = PackedType::kBf16; return true;
         default:
-            // The grid formats, as the code book indices of their grid values (decode_grid_row).
-            if (!grid_format(gguf_type)) return false;
-            *out = PackedType::kIqGrid;
-            return true;
+            // The grid formats, as the code book indices of their grid values (decode_grid_row): in 3 bits where
+            // the book has at most 8 values (the IQ1 and IQ2 formats), else 4.
+            if (const GridFormat *grid = grid_format(gguf_type)) {
+                *out = grid->book_size <= 8 ? PackedType::kIqGrid3 : PackedType::kIqGrid;
+                return true;
+            }
+            return false;
     }
 }
 
@@ -178,7 +181,8 @@ Status pack_spec_for(const MatrixSource &src, TargetFormat target, int32_t int4_
                 spec.type = (src.type == KT_TYPE_F32 || src.type == KT_TYPE_F16 || src.type == KT_TYPE_F64)
                                 ? PackedType::kBf16
                                 : PackedType::kQ8_0;
-            if (spec.type == PackedType::kIqGrid) spec.group = grid_format(src.type)->scale_group;
+            if (spec.type == PackedType::kIqGrid || spec.type == PackedType::kIqGrid3)
+                spec.group = grid_format(src.type)->scale_group;
             break;
         case TargetFormat::kInt8: spec.type = PackedType::kInt8; break;
         case TargetFormat::kInt4:
@@ -412,7 +416,8 @@ void decode_row(const MatrixSource &src, const PackSpec &spec, int64_t row, RowS
 
     // Super-block formats.
     const int64_t nsb = n / ref::kQKK;
-    if (spec.type == PackedType::kIqGrid) return decode_grid_row(src.type, p, nsb, s, f);
+    if (spec.type == PackedType::kIqGrid || spec.type == PackedType::kIqGrid3)
+        return decode_grid_row(src.type, p, nsb, s, f);
     s->codes.resize(static_cast<size_t>(n));
     s->f16_super.resize(static_cast<size_t>(nsb));
     uint8_t *codes = s->codes.data();

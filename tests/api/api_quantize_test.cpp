@@ -149,8 +149,8 @@ TEST_CASE("api: kt_quantize and kt_dequantize reject bad arguments") {
 
 // The expected sizes follow the layout that backends/cpu/packed.h describes: 32-row panels of 4-bit codes (two per
 // byte), each region starting on a 64-byte boundary, and per output row a byte of scale (and of min) per group
-// and an f16 (IQ_GRID: f32) super-block scale (and min) per 256 values. expert_pool_api_test checks the figure
-// against the bytes a pool allocates.
+// and an f16 (IQ_GRID, IQ_GRID3: f32) super-block scale (and min) per 256 values; IQ_GRID3's 3-bit codes are 2-bit
+// fields (four per byte) plus a bit each. expert_pool_api_test checks the figure against the bytes a pool allocates.
 TEST_CASE("api: kt_packed_matrix_bytes gives the packed layout's size") {
     uint64_t bytes = 0;
     // Q4_K, 256 x 256: codes 32768, scales and mins 2 x 256 x 8, d and dmin 2 x 256 x 2: 148 bytes per 256 values.
@@ -159,12 +159,15 @@ TEST_CASE("api: kt_packed_matrix_bytes gives the packed layout's size") {
     // 40 rows pad to 64: the second panel is whole.
     REQUIRE(kt_packed_matrix_bytes(KT_TYPE_Q4_K, 40, 256, &bytes) == KT_STATUS_OK);
     CHECK(bytes == 64 * 128 + 2 * 64 * 8 + 2 * 64 * 2);
-    // IQ2_XXS as IQ_GRID (scale groups of 32): codes, a scale code per 32, an f32 d per 256, the 64-byte code book.
-    REQUIRE(kt_packed_matrix_bytes(KT_TYPE_IQ2_XXS, 256, 256, &bytes) == KT_STATUS_OK);
+    // IQ3_XXS as IQ_GRID (scale groups of 32): codes, a scale code per 32, an f32 d per 256, the 64-byte code book.
+    REQUIRE(kt_packed_matrix_bytes(KT_TYPE_IQ3_XXS, 256, 256, &bytes) == KT_STATUS_OK);
     CHECK(bytes == 32768 + 2048 + 1024 + 64);
+    // IQ2_XXS (a book of 6 values) as IQ_GRID3: 2-bit fields and a third bit per value, then the same.
+    REQUIRE(kt_packed_matrix_bytes(KT_TYPE_IQ2_XXS, 256, 256, &bytes) == KT_STATUS_OK);
+    CHECK(bytes == 16384 + 8192 + 2048 + 1024 + 64);
     // IQ1_M (groups of 16): the same with twice the scale codes.
     REQUIRE(kt_packed_matrix_bytes(KT_TYPE_IQ1_M, 256, 256, &bytes) == KT_STATUS_OK);
-    CHECK(bytes == 32768 + 4096 + 1024 + 64);
+    CHECK(bytes == 16384 + 8192 + 4096 + 1024 + 64);
     // Q8_1 has no kernel of its own: Q8_0, one byte per value and an f16 scale per 32.
     REQUIRE(kt_packed_matrix_bytes(KT_TYPE_Q8_1, 64, 64, &bytes) == KT_STATUS_OK);
     CHECK(bytes == 64 * 64 + 64 * 2 * 2);

@@ -203,7 +203,7 @@ TEST_CASE("kt-synth: rows a type cannot hold fall back as llama-quantize's do, a
                  {"q6_k", KT_TYPE_Q6_K, KT_TYPE_Q8_0},
                  {"q2_k", KT_TYPE_Q2_K, KT_TYPE_IQ4_NL},
                  {"iq4_xs", KT_TYPE_IQ4_XS, KT_TYPE_IQ4_NL},
-                 // The grid formats (random rows, kept as IQ_GRID).
+                 // The grid formats (random rows, kept as IQ_GRID3).
                  {"iq2_xxs", KT_TYPE_IQ2_XXS, KT_TYPE_IQ4_NL},
                  {"iq1_m", KT_TYPE_IQ1_M, KT_TYPE_IQ4_NL}};
     for (const auto &c : cases) {
@@ -220,7 +220,7 @@ TEST_CASE("kt-synth: rows a type cannot hold fall back as llama-quantize's do, a
 TEST_CASE("the grid formats: a model in each computes as its exact dequantization does, and maps from a pack cache") {
     // A dense model (the expert pool test covers experts in these formats; a random MoE's routing flips on small
     // differences, which would make this comparison chaotic). Every matrix in the grid format (token_embd, attention,
-    // the FFN and the head): KT_KERNELS_AUTO packs them as IQ_GRID (exact) and computes with int8 activations,
+    // the FFN and the head): KT_KERNELS_AUTO packs them as IQ_GRID3 or IQ_GRID (exact) and computes with int8 activations,
     // KT_KERNELS_REFERENCE computes in f32 on the exact dequantization, which kt_golden_quants checks against
     // llama.cpp's. This checks that every matrix of such a file takes the packing and that nothing on the way (row
     // lengths, scales, code books) is lost. Observed 0.015-0.020 over one token sequence (0.015-0.025 when they became

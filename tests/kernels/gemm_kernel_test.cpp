@@ -279,7 +279,7 @@ TEST_CASE("gemm kernels: K-quants (Q2_K to Q6_K) and IQ4_XS as stored") {
     check_case({KT_TYPE_Q3_K, moe::TargetFormat::kAsSource, 0, {256, 768}}, 57);
 }
 
-TEST_CASE("gemm kernels: the IQ1-IQ3 grid formats as their code book indices (IQ_GRID)") {
+TEST_CASE("gemm kernels: the IQ1-IQ3 grid formats as their code book indices (IQ_GRID3, IQ_GRID)") {
     // Exact weights (packed.h), so the bound of the formats kept as stored holds; some blocks have subnormal d
     // (quant_test_support.cpp), where an f16 d / 8 would not be exact.
     check_case({KT_TYPE_IQ2_XXS, moe::TargetFormat::kAsSource, 0, {256, 768}}, 61);
@@ -290,13 +290,29 @@ TEST_CASE("gemm kernels: the IQ1-IQ3 grid formats as their code book indices (IQ
     check_case({KT_TYPE_IQ1_S, moe::TargetFormat::kAsSource, 0, {256, 512}}, 66);
     check_case({KT_TYPE_IQ1_M, moe::TargetFormat::kAsSource, 0, {256, 768}}, 67);
 
-    // The sizes packed.h states: 4 bits a weight, an i8 scale per group of 16 or 32, an f32 d per 256, the book.
+    // The IQ1 and IQ2 formats (books of 6 values) in 3-bit indices, the IQ3 ones (16) in 4.
+    for (int32_t type : {KT_TYPE_IQ1_S, KT_TYPE_IQ1_M, KT_TYPE_IQ2_XXS, KT_TYPE_IQ2_XS, KT_TYPE_IQ2_S}) {
+        PackedType packed = PackedType::kInt8;
+        CHECK((moe::native_packed_type(type, &packed) && packed == PackedType::kIqGrid3));
+    }
+    for (int32_t type : {KT_TYPE_IQ3_XXS, KT_TYPE_IQ3_S}) {
+        PackedType packed = PackedType::kInt8;
+        CHECK((moe::native_packed_type(type, &packed) && packed == PackedType::kIqGrid));
+    }
+
+    // The sizes packed.h states: 4 (IQ_GRID3: 2 + 1) bits a weight, an i8 scale per group of 16 or 32, an f32 d per
+    // 256, the book.
     cpu::PackedLayout l;
     REQUIRE(cpu::packed_layout(PackedType::kIqGrid, 64, 1024, 32, 0, &l).is_ok());
     CHECK(l.bytes == 64 * 1024 / 2 + 64 * 1024 / 32 + 64 * 4 * 4 + 64);
     REQUIRE(cpu::packed_layout(PackedType::kIqGrid, 64, 1024, 16, 128, &l).is_ok());
     CHECK(l.bytes == 64 * 1024 / 2 + 64 * 1024 / 16 + 64 * 5 * 4 + 64);  // 5 super-blocks from offset 128
     CHECK(cpu::packed_layout(PackedType::kIqGrid, 64, 1024, 64, 0, &l).code() == KT_STATUS_INVALID_ARGUMENT);
+    REQUIRE(cpu::packed_layout(PackedType::kIqGrid3, 64, 1024, 32, 0, &l).is_ok());
+    CHECK(l.bytes == 64 * 1024 / 4 + 64 * 1024 / 8 + 64 * 1024 / 32 + 64 * 4 * 4 + 64);
+    REQUIRE(cpu::packed_layout(PackedType::kIqGrid3, 64, 1024, 16, 128, &l).is_ok());
+    CHECK(l.bytes == 64 * 1024 / 4 + 64 * 1024 / 8 + 64 * 1024 / 16 + 64 * 5 * 4 + 64);
+    CHECK(cpu::packed_layout(PackedType::kIqGrid3, 64, 1024, 8, 0, &l).code() == KT_STATUS_INVALID_ARGUMENT);
 }
 
 TEST_CASE("gemm kernels: a row gives the same bits alone and among other rows") {
@@ -460,7 +476,8 @@ TEST_CASE("gemm kernels: the AMX set on the tile machine", "[amx]") {
     check_case({KT_TYPE_Q4_1, moe::TargetFormat::kAsSource, 0, {128}}, 85);
     check_case({KT_TYPE_Q5_1, moe::TargetFormat::kAsSource, 0, {96}}, 86);
     check_case({KT_TYPE_IQ2_XXS, moe::TargetFormat::kAsSource, 0, {256}}, 87);
-    check_case({KT_TYPE_IQ1_M, moe::TargetFormat::kAsSource, 0, {512}}, 88);  // IQ_GRID in groups of 16 (IQ2_XXS: 32)
+    check_case({KT_TYPE_IQ1_M, moe::TargetFormat::kAsSource, 0, {512}}, 88);  // IQ_GRID3 in groups of 16 (IQ2_XXS: 32)
+    check_case({KT_TYPE_IQ3_XXS, moe::TargetFormat::kAsSource, 0, {256}}, 89);  // IQ_GRID
     CHECK(test::thread_tile_machine().instructions > executed_before);  // the AMX calls ran on the tile machine
 }
 

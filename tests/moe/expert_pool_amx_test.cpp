@@ -123,8 +123,9 @@ TEST_CASE("amx level: pools on AMX match the AVX-512 level, and count their AMX 
                           {KT_TYPE_Q5_1, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 160, 96},
                           {KT_TYPE_Q4_1, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 96, 64},
                           {KT_TYPE_IQ4_NL, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 64, 96},
-                          // IQ_GRID (a grid format: its code book through the AMX set's unpacking)
-                          {KT_TYPE_IQ1_S, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 256, 256}};
+                          // IQ_GRID3 and IQ_GRID (grid formats: their code books through the AMX set's unpacking)
+                          {KT_TYPE_IQ1_S, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 256, 256},
+                          {KT_TYPE_IQ3_S, KT_EXPERT_WEIGHTS_AS_SOURCE, 0, 256, 256}};
     const int64_t E = 4, T = 16;
     for (const Case &c : cases) {
         const int64_t H = c.hidden, I = c.inter;

@@ -19,7 +19,7 @@ bool has_kernel(int32_t type) {
         case KT_TYPE_Q2_K: case KT_TYPE_Q3_K: case KT_TYPE_Q4_K: case KT_TYPE_Q5_K: case KT_TYPE_Q6_K:
         case KT_TYPE_IQ4_NL: case KT_TYPE_IQ4_XS: case KT_TYPE_MXFP4: case KT_TYPE_BF16:
         case KT_TYPE_IQ1_S: case KT_TYPE_IQ1_M: case KT_TYPE_IQ2_XXS: case KT_TYPE_IQ2_XS: case KT_TYPE_IQ2_S:
-        case KT_TYPE_IQ3_XXS: case KT_TYPE_IQ3_S:  // exactly, as code book indices (IQ_GRID)
+        case KT_TYPE_IQ3_XXS: case KT_TYPE_IQ3_S:  // exactly, as code book indices (IQ_GRID3, IQ_GRID)
             return true;
         default: return false;
     }

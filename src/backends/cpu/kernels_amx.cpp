@@ -98,7 +98,8 @@ int32_t grouped_group(const PackedLayout &l) {
         case PackedType::kIq4Nl:
         case PackedType::kQ4_1:
         case PackedType::kQ5_1:
-        case PackedType::kIqGrid: return l.group;
+        case PackedType::kIqGrid:
+        case PackedType::kIqGrid3: return l.group;
         default: return 0;
     }
 }

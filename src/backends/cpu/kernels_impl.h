@@ -40,9 +40,12 @@ struct Fmt {
     static constexpr int kUMax = packed_type_info(T).u_max;
 };
 
-// The formats whose codes are code book indices: IQ4_XS and IQ4_NL (the IQ4 book), IQ_GRID (the matrix's own).
+// The formats whose codes are code book indices: IQ4_XS and IQ4_NL (the IQ4 book), IQ_GRID and IQ_GRID3 (the
+// matrix's own).
 template <PackedType T>
-inline constexpr bool kBookCodes = T == PackedType::kIq4Xs || T == PackedType::kIq4Nl || T == PackedType::kIqGrid;
+inline constexpr bool kMatrixBook = T == PackedType::kIqGrid || T == PackedType::kIqGrid3;
+template <PackedType T>
+inline constexpr bool kBookCodes = T == PackedType::kIq4Xs || T == PackedType::kIq4Nl || kMatrixBook<T>;
 // Bytes of high bits per 1 KiB tile (packed.h), and per tile row.
 template <PackedType T>
 inline constexpr int64_t kHbitsPerTile = packed_type_info(T).hbits_per_tile;
@@ -241,11 +244,11 @@ struct Kernels {
     static constexpr bool kHighNibbleInPlace = T == PackedType::kQ4_K && !S::kSignedWideDot;
 
     // The byte table decode looks codes up in (lut16), 16 entries repeated to fill a vector: u = value + 128 for the
-    // code books (the value itself where kSigned), MXFP4's u; zero for the formats without one. IQ_GRID's book is the
-    // matrix's (packed.h): stored signed, its u is the sign bit flipped (value + 128 modulo 256).
+    // code books (the value itself where kSigned), MXFP4's u; zero for the formats without one. IQ_GRID's and
+    // IQ_GRID3's book is the matrix's (packed.h): stored signed, its u is the sign bit flipped (value + 128 mod 256).
     template <PackedType T>
     static VI lookup_table(const PackedMatrix &w) {
-        if constexpr (T == PackedType::kIqGrid) {
+        if constexpr (kMatrixBook<T>) {
             const VI book = S::loadu(w.data + w.layout.codebook);
             return kSigned<T> ? book : S::xor_(book, S::set1_8(static_cast<int8_t>(0x80)));
         } else if constexpr (kBookCodes<T> || T == PackedType::kMxfp4) {
@@ -269,7 +272,7 @@ struct Kernels {
             return S::xor_(S::loadu(row), S::set1_8(static_cast<int8_t>(0x80)));
         } else {
             const VI x = S::loadu(row);
-            if constexpr ((kBookCodes<T> || T == PackedType::kMxfp4) && S::kLut16LowBitsOnly)
+            if constexpr ((kBookCodes<T> || T == PackedType::kMxfp4) && kParts<T> == 2 && S::kLut16LowBitsOnly)
                 return S::lut16(table, part ? S::template srl16<4>(x) : x);  // the table lookup drops the other bits
             if constexpr (T == PackedType::kQ4_0 && S::kAffineNibbles) {
                 if (part) return S::high_nibbles_xor8(x);
@@ -282,6 +285,8 @@ struct Kernels {
                                          S::set1_8(3));
                 if constexpr (T == PackedType::kQ3_K)
                     return S::or_(field, S::template high_bit<0x04>(hb + part * 8, vi));
+                if constexpr (T == PackedType::kIqGrid3)  // the book index 0..7, as Q3_K's code
+                    return S::lut16(table, S::or_(field, S::template high_bit<0x04>(hb + part * 8, vi)));
                 return field;
             }
             if constexpr (kInPlace && kHighNibbleInPlace<T>)
@@ -303,9 +308,9 @@ struct Kernels {
                                                                      : 1;
     template <PackedType T>
     static constexpr int64_t kGminBytes = kF16Groups<T> ? 2 : 1;
-    // Bytes of one column's super-block scale in L.sscale (and of its dmin in L.smin): f16, IQ_GRID's f32.
+    // Bytes of one column's super-block scale in L.sscale (and of its dmin in L.smin): f16, IQ_GRID(3)'s f32.
     template <PackedType T>
-    static constexpr int64_t kSscaleBytes = T == PackedType::kIqGrid ? 4 : 2;
+    static constexpr int64_t kSscaleBytes = kMatrixBook<T> ? 4 : 2;
 
     // The scale arrays of panel p, walked one scale group at a time.
     // The GEMM's flush reads each group's scale (and min) through these moving pointers: indexing the arrays afresh
@@ -372,7 +377,7 @@ struct Kernels {
             } else if constexpr (kF16Groups<T>) {
                 *scale = S::loadf_f16(reinterpret_cast<const uint16_t *>(gs));
                 if constexpr (Fmt<T>::kMins) *min = S::loadf_f16(reinterpret_cast<const uint16_t *>(gmin + col * 2));
-            } else if constexpr (T == PackedType::kIqGrid) {
+            } else if constexpr (kMatrixBook<T>) {
                 *scale = S::mul(S::loadf(reinterpret_cast<const float *>(ss)),
                                 S::loadf_i8(reinterpret_cast<const int8_t *>(gs)));
             } else if constexpr (T == PackedType::kIq4Xs || T == PackedType::kQ6_K || T == PackedType::kQ3_K) {
@@ -742,6 +747,9 @@ struct Kernels {
             case PackedType::kIqGrid:
                 if (w.layout.group == 32) return int_gemm_typed<PackedType::kIqGrid, 8>(w, a, m, n_begin, n_end, c, ldc);
                 return int_gemm_typed<PackedType::kIqGrid, 4>(w, a, m, n_begin, n_end, c, ldc);
+            case PackedType::kIqGrid3:
+                if (w.layout.group == 32) return int_gemm_typed<PackedType::kIqGrid3, 8>(w, a, m, n_begin, n_end, c, ldc);
+                return int_gemm_typed<PackedType::kIqGrid3, 4>(w, a, m, n_begin, n_end, c, ldc);
             case PackedType::kBf16: break;
         }
     }
@@ -826,6 +834,7 @@ struct Kernels {
             case PackedType::kQ4_1: return unpack_typed<PackedType::kQ4_1>(w, p, tiles, scale, neg_min, pf);
             case PackedType::kQ5_1: return unpack_typed<PackedType::kQ5_1>(w, p, tiles, scale, neg_min, pf);
             case PackedType::kIqGrid: return unpack_typed<PackedType::kIqGrid>(w, p, tiles, scale, neg_min, pf);
+            case PackedType::kIqGrid3: return unpack_typed<PackedType::kIqGrid3>(w, p, tiles, scale, neg_min, pf);
             default: break;  // INT8, BF16 and any type added later: not group-wise, nothing to unpack
         }
     }

@@ -52,6 +52,7 @@ void clear_panel(const PackedLayout &L, int64_t p, uint8_t *dst) {
             clear(L.sscale, sb, 2);
             break;
         case PackedType::kIqGrid:  // its code book is the matrix's, not the panel's: pack_row writes it with panel 0
+        case PackedType::kIqGrid3:
             clear(L.gscale, g, 1);
             clear(L.sscale, sb, 4);
             break;
@@ -121,7 +122,7 @@ void pack_row(const PackedLayout &L, int64_t p, int col, const RowFields &f, uin
                     const uint32_t live = n == 4 ? 0xFFFFFFFFu : (1u << (8 * n)) - 1;
                     const uint32_t fields = (type == PackedType::kQ4_0 ? w ^ 0x08080808u : w) & field & live;
                     or_word(t + r * kTileRowBytes, fields << (bits * part));
-                    // High bits of tile-row byte 4j + b: the 5-bit formats and Q3_K one bit each (the bit above the
+                    // High bits of tile-row byte 4j + b: the 5-bit formats, Q3_K and IQ_GRID3 one bit each (the bit above the
                     // field), bit (4j + b) % 8 of byte (4j + b) / 8 of the row part's 8 (the multiply gathers bit 0
                     // of the four bytes into bits 24-27, and no two of its other products meet below them); Q6_K two,
                     // bits 2 ((4j + b) / 16) of byte (4j + b) % 16 of its 16.
@@ -175,6 +176,7 @@ void pack_row(const PackedLayout &L, int64_t p, int col, const RowFields &f, uin
             for (int64_t b = 0; b < L.superblocks; ++b) at<uint16_t>(dst, L.sscale)[si0 + b * kPanel] = f.f16_super[b];
             break;
         case PackedType::kIqGrid:
+        case PackedType::kIqGrid3:
             for (int64_t g = 0; g < L.groups; ++g) at<int8_t>(dst, L.gscale)[gi0 + g * kPanel] = f.i8_group[g];
             for (int64_t b = 0; b < L.superblocks; ++b) at<float>(dst, L.sscale)[si0 + b * kPanel] = f.f32_scale[b];
             if (p == 0 && col == 0)

@@ -32,6 +32,7 @@ namespace kt::cpu {
 //   kQ5_1   as kQ4_1 with q in 0..31.
 //   kIqGrid codes: index 0..15 into codebook; i8_group[K/G]: sc; f32_scale[SB]: d; codebook[16]: the matrix's
 //           book (the same for every row; the packer stores it with panel 0).
+//   kIqGrid3 as kIqGrid with indices 0..7.
 // Super-block arrays are indexed as the layout's: K position k uses (k + superblock_k_offset) / 256.
 struct RowFields {
     const uint8_t *codes = nullptr;
@@ -52,7 +53,7 @@ struct RowFields {
 using RowSource = FunctionRef<void(int64_t row, RowFields *fields)>;
 
 // Packs panels [p_begin, p_end) into dst (the layout's bytes, 64-byte aligned). Every byte of those panels' tiles
-// and side arrays is written (padding rows and K positions are zero), and with panel 0 kIqGrid's code book; nothing
+// and side arrays is written (padding rows and K positions are zero), and with panel 0 the code book of kIqGrid and kIqGrid3; nothing
 // else.
 void pack_panels(const PackedLayout &layout, int64_t p_begin, int64_t p_end, RowSource source, uint8_t *dst);
 

@@ -31,9 +31,9 @@ Status packed_layout(PackedType type, int64_t n, int64_t k, int32_t group, int32
         KT_RETURN_IF(group != 32 && group != 64 && group != 128, KT_STATUS_INVALID_ARGUMENT,
                      "packed layout INT4: group %d (must be 32, 64 or 128)", group);
         l.group = group;
-    } else if (type == PackedType::kIqGrid) {
+    } else if (type == PackedType::kIqGrid || type == PackedType::kIqGrid3) {
         KT_RETURN_IF(group != 16 && group != 32, KT_STATUS_INVALID_ARGUMENT,
-                     "packed layout IQ_GRID: group %d (must be 16 or 32)", group);
+                     "packed layout %s: group %d (must be 16 or 32)", info.name, group);
         l.group = group;
     } else {
         l.group = info.group;
@@ -98,6 +98,7 @@ Status packed_layout(PackedType type, int64_t n, int64_t k, int32_t group, int32
             ok = ok && append(&cursor, group_entries, &l.gscale) && append(&cursor, superblock_entries * 2, &l.sscale);
             break;
         case PackedType::kIqGrid:
+        case PackedType::kIqGrid3:
             ok = ok && append(&cursor, group_entries, &l.gscale) &&
                  append(&cursor, superblock_entries * 4, &l.sscale) && append(&cursor, kCodebookBytes, &l.codebook);
             break;

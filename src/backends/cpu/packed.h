@@ -63,6 +63,10 @@
 //           43; IQ1: eighths +-1, 7, 9; IQ3_XXS: +-4 .. 62; IQ3_S: +-1 .. 15). The book holds the values and the f32
 //           d the rest, exactly (an f16 d / 8 would lose bits below f16's normal range), in 4.375 bits a weight
 //           (4.625 for IQ1_M, IQ2_XS and IQ2_S, whose scales are per 16).
+//   kIqGrid3 kIqGrid's fields for a book of at most 8 values (the IQ1 and IQ2 formats have 6), the index in 3 bits
+//           as kQ3_K holds its codes: crumb tiles of the low 2 bits plus the third bit in hbits[tile][r][4][8], then
+//           kIqGrid's sc, d and code book (entries 8-15 zero). 3.375 bits a weight (3.625 for groups of 16): 23 %
+//           less than kIqGrid, for a decode that costs a mask and a merge more per tile row.
 // SB = ceil((K + superblock_k_offset) / 256) super-blocks. For the super-block formats a matrix may start in the middle of a GGUF super-block (a NUMA shard whose K range
 // starts at a multiple of 128 that is not one of 256): `superblock_k_offset` (0 or 128) is how much of the first
 // super-block lies before K = 0, and K position k of the matrix uses super-block (k + offset) / 256.
@@ -93,14 +97,15 @@ enum class PackedType : int32_t {
     kQ4_1 = 14,
     kQ5_1 = 15,
     kIqGrid = 16,
+    kIqGrid3 = 17,
 };
-inline constexpr int kPackedTypeCount = 17;
+inline constexpr int kPackedTypeCount = 18;
 
 // The version of these layouts as bytes: packed buffers kept across processes (runtime/pack_cache.h) record it and
 // are refused when it differs. Increment it with any change to what pack_slice writes for any type.
 // 2: Q2_K and Q3_K kept as stored in crumb tiles (Q8_0 before); 3: Q5_0, IQ4_NL, Q4_1 and Q5_1 likewise (nibble tiles);
-// 4: the grid formats as kIqGrid (Q6_K, Q5_K, Q4_K or Q8_0 fields before).
-inline constexpr uint32_t kPackedLayoutVersion = 4;
+// 4: the grid formats as kIqGrid (Q6_K, Q5_K, Q4_K or Q8_0 fields before); 5: the IQ1 and IQ2 formats as kIqGrid3.
+inline constexpr uint32_t kPackedLayoutVersion = 5;
 
 inline constexpr int64_t kPanel = 32;      // columns per panel
 inline constexpr int64_t kHalf = 16;       // columns per half panel (one AVX-512 vector of int32 / fp32)
@@ -117,12 +122,12 @@ struct PackedTypeInfo {
     const char *name;
     TileKind tile;
     int64_t tile_k;        // K per tile: 64 (int8), 128 (nibble), 32 (bf16), 256 (crumb)
-    int32_t group;         // K per scale group (0: per column over the whole K; kInt4, kIqGrid: chosen per matrix)
-    int32_t superblock;    // K per super-block scale (256 for K-quants, IQ4_XS and IQ_GRID, else 0)
+    int32_t group;         // K per scale group (0: per column over the whole K; kInt4, kIqGrid(3): chosen per matrix)
+    int32_t superblock;    // K per super-block scale (256 for K-quants, IQ4_XS and IQ_GRID(3), else 0)
     int32_t u_offset;      // u = w_code + u_offset for symmetric formats (0: asymmetric formats with mins)
     bool has_mins;         // Q2_K, Q4_K, Q5_K, Q4_1, Q5_1
     int32_t u_max;         // largest u the kernel sees (decides whether 16-bit fallbacks can overflow)
-    int32_t hbits_per_tile;  // bytes of high bits per 1 KiB tile: Q5_K, Q5_0, Q5_1 256; Q6_K, Q3_K 512; else 0
+    int32_t hbits_per_tile;  // bytes of high bits per 1 KiB tile: Q5_K, Q5_0, Q5_1 256; Q6_K, Q3_K, IQ_GRID3 512
 };
 
 // Every format's entry, in PackedType's order: the packer and the kernels (kernels_impl.h's Fmt) read the facts of a
@@ -146,6 +151,7 @@ inline constexpr PackedTypeInfo kPackedTypeInfo[kPackedTypeCount] = {
     {PackedType::kQ4_1, "Q4_1", TileKind::kNibble, 128, 32, 0, 0, true, 15, 0},
     {PackedType::kQ5_1, "Q5_1", TileKind::kNibble, 128, 32, 0, 0, true, 31, 256},
     {PackedType::kIqGrid, "IQ_GRID", TileKind::kNibble, 128, 0, 256, 128, false, 255, 0},
+    {PackedType::kIqGrid3, "IQ_GRID3", TileKind::kCrumb, 256, 0, 256, 128, false, 255, 512},
 };
 
 constexpr const PackedTypeInfo &packed_type_info(PackedType type) { return kPackedTypeInfo[static_cast<int>(type)]; }
@@ -166,7 +172,7 @@ struct PackedLayout {
     size_t bytes = 0;  // total
 };
 
-// Computes the layout. group: kInt4 (32, 64 or 128) and kIqGrid (16 or 32) only, K a multiple of it;
+// Computes the layout. group: kInt4 (32, 64 or 128) and kIqGrid, kIqGrid3 (16 or 32) only, K a multiple of it;
 // superblock_k_offset: 0 or 128, super-block formats only. INVALID_ARGUMENT for shapes the format cannot represent
 // (K not a multiple of the GGUF block, a bad group) or sizes that overflow.
 Status packed_layout(PackedType type, int64_t n, int64_t k, int32_t group, int32_t superblock_k_offset,

@@ -33,7 +33,7 @@ void iq2_s_values(const BlockIq2S *block, int8_t values[kQKK], uint8_t scale_cod
 // IQ3_XXS and IQ3_S blocks as integers: the signed grid value of each of the 256 weights and the 4-bit scale code
 // of each 32. IQ3_XXS: weight = d (0.5 + code) / 2 * value (value +-4 .. +-62, even); IQ3_S: weight = d (1 + 2 code)
 // * value (value odd, +-1 .. +-15). The dequantizers use these decoders, and so does moe/weights.cpp, which keeps
-// every grid format as the code book indices of its values (packed.h, kIqGrid).
+// every grid format as the code book indices of its values (packed.h, kIqGrid3 and kIqGrid).
 void iq3_xxs_values(const BlockIq3Xxs *block, int8_t values[kQKK], uint8_t scale_codes[kQKK / 32]);
 void iq3_s_values(const BlockIq3S *block, int8_t values[kQKK], uint8_t scale_codes[kQKK / 32]);
 

@@ -243,30 +243,51 @@ struct Kernels {
     template <PackedType T>
     static constexpr bool kHighNibbleInPlace = T == PackedType::kQ4_K && !S::kSignedWideDot;
 
-    // The byte table decode looks codes up in (lut16), 16 entries repeated to fill a vector: u = value + 128 for the
+    // IQ_GRID3's index split where vpermb can take it (S::kMaskedLut): its low 2 bits index a table of the book's
+    // first 4 entries repeated 16 times (so that the bits above them, the tile byte's other fields, select nothing),
+    // and the third bit, as the mask of a second, merged lookup, the same of its last 4. Three instructions per
+    // tile row fewer than masking the field, merging the bit in and looking the index up (Q3_K's decode plus lut16).
+    template <PackedType T>
+    static constexpr bool kSplitLookup = T == PackedType::kIqGrid3 && S::kMaskedLut;
+
+    // The byte tables decode looks codes up in (lut16), 16 entries repeated to fill a vector: u = value + 128 for the
     // code books (the value itself where kSigned), MXFP4's u; zero for the formats without one. IQ_GRID's and
     // IQ_GRID3's book is the matrix's (packed.h): stored signed, its u is the sign bit flipped (value + 128 mod 256).
+    // `high`: the second table of kSplitLookup (there `book` holds the first), else unused.
+    struct CodeTables {
+        VI book, high;
+    };
     template <PackedType T>
-    static VI lookup_table(const PackedMatrix &w) {
+    static CodeTables lookup_table(const PackedMatrix &w) {
         if constexpr (kMatrixBook<T>) {
-            const VI book = S::loadu(w.data + w.layout.codebook);
-            return kSigned<T> ? book : S::xor_(book, S::set1_8(static_cast<int8_t>(0x80)));
+            VI book = S::loadu(w.data + w.layout.codebook);
+            if constexpr (!kSigned<T>) book = S::xor_(book, S::set1_8(static_cast<int8_t>(0x80)));
+            if constexpr (kSplitLookup<T>) {
+                alignas(64) uint8_t low[64], high[64];
+                for (int i = 0; i < 64; ++i) {
+                    low[i] = static_cast<uint8_t>(i % 4);
+                    high[i] = static_cast<uint8_t>(4 + i % 4);
+                }
+                return {S::lut16(book, S::loadu(low)), S::lut16(book, S::loadu(high))};
+            }
+            return {book, S::zero()};
         } else if constexpr (kBookCodes<T> || T == PackedType::kMxfp4) {
             alignas(64) uint8_t t[64];
             for (int i = 0; i < 64; ++i)
                 t[i] = T == PackedType::kMxfp4 ? kMxfp4Unsigned[i % 16]
                        : kSigned<T>            ? static_cast<uint8_t>(kIq4Signed[i % 16])
                                                : kIq4Unsigned[i % 16];
-            return S::loadu(t);
+            return {S::loadu(t), S::zero()};
         } else {
             (void)w;
-            return S::zero();
+            return {S::zero(), S::zero()};
         }
     }
 
     // kInPlace: Q4_K's high nibbles as kHighNibbleInPlace says (the GEMM), else as codes (the AMX set's unpacking).
     template <PackedType T, bool kInPlace = false>
-    static VI decode(const uint8_t *row, int part, const uint8_t *hb, int vi, VI table) {
+    static VI decode(const uint8_t *row, int part, const uint8_t *hb, int vi, const CodeTables &tables) {
+        const VI table = tables.book;
         if constexpr (!Fmt<T>::kNibble) {
             if constexpr (kSigned<T>) return S::loadu(row);
             return S::xor_(S::loadu(row), S::set1_8(static_cast<int8_t>(0x80)));
@@ -278,6 +299,13 @@ struct Kernels {
                 if (part) return S::high_nibbles_xor8(x);
             }
             if constexpr (kParts<T> == 4) {  // crumbs: part q at bits 2q (part is a constant where steps unroll)
+                if constexpr (kSplitLookup<T>) {
+                    const VI low = part == 0   ? x
+                                   : part == 1 ? S::template srl16<2>(x)
+                                   : part == 2 ? S::template srl16<4>(x)
+                                               : S::template srl16<6>(x);
+                    return S::lut4_by_bit(table, tables.high, low, hb + part * 8);
+                }
                 const VI field = S::and_(part == 0   ? x
                                          : part == 1 ? S::template srl16<2>(x)
                                          : part == 2 ? S::template srl16<4>(x)
@@ -479,7 +507,7 @@ struct Kernels {
                                                              (mr <= 4 && (S::kLatencyBoundDot || kRowsPerFlush <= 8)));
         const PackedLayout &L = w.layout;
         const VecPos vp[kNV] = {vec_pos(c0, 0), vec_pos(c0, 1)};
-        const VI table = lookup_table<T>(w);
+        const CodeTables table = lookup_table<T>(w);
 
         // The codes with an offset (unsigned codes of signed weights): a group's first accumulator chain starts at
         // the row's activation sum for the group times minus the offset (QuantSpec), so that the integer sum comes
@@ -787,7 +815,7 @@ struct Kernels {
         if (!tiles)
             for (int64_t t = 0; t < steps; ++t) prefetch_share(t);
         if (tiles) {
-            const VI table = lookup_table<T>(w);
+            const CodeTables table = lookup_table<T>(w);
             const VI u_offset = S::set1_8(static_cast<int8_t>(packed_type_info(T).u_offset));
             for (int64_t t = 0; t < steps; ++t) {
                 prefetch_share(t);

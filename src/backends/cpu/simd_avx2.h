@@ -61,6 +61,7 @@ struct Avx2 {
 
     static constexpr bool kAffineNibbles = false;  // no high_nibbles_xor8 (simd_avx512.h)
     static constexpr bool kLut16LowBitsOnly = false;  // vpshufb zeroes a byte whose index has bit 7 set
+    static constexpr bool kMaskedLut = false;         // no lut4_by_bit (simd_avx512.h)
     static VI lut16(VI table, VI idx) { return _mm256_shuffle_epi8(table, idx); }
 
     // Q5_K (kValue 0x10) and Q3_K (0x04): bits 32*vi .. 32*vi+31 of the 64-bit word at p, one per byte, as

@@ -115,6 +115,15 @@ struct Avx512 {
         return _mm512_gf2p8affine_epi64_epi8(x, _mm512_set1_epi64(0x1020408000000000ll), 8);
     }
 
+    // Byte i: low[idx_i & 3] where bit i of the 64-bit word at p is clear, else high[idx_i & 3], for tables that
+    // repeat their first 4 bytes (kernels_impl.h, kSplitLookup). VBMI only.
+    static constexpr bool kMaskedLut = kGfniVbmi;
+    static VI lut4_by_bit(VI low, VI high, VI idx, const uint8_t *p) {
+        uint64_t bits;
+        std::memcpy(&bits, p, 8);
+        return _mm512_mask_permutexvar_epi8(_mm512_permutexvar_epi8(idx, low), static_cast<__mmask64>(bits), idx, high);
+    }
+
     // Q5_K (kValue 0x10) and Q3_K (0x04): kValue in byte i where bit i of the 64-bit word at p is set (vi: which
     // part of a tile row; 0 here).
     template <int kValue>

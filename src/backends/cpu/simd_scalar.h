@@ -106,6 +106,7 @@ struct Scalar {
     }
     static constexpr bool kAffineNibbles = false;  // no high_nibbles_xor8 (simd_avx512.h)
     static constexpr bool kLut16LowBitsOnly = true;
+    static constexpr bool kMaskedLut = false;  // no lut4_by_bit (simd_avx512.h)
     static VI lut16(VI table, VI idx) {
         VI r;
         for (int i = 0; i < 64; ++i) r.b[i] = table.b[(i / 16) * 16 + (idx.b[i] & 15)];

@@ -40,8 +40,8 @@ Status make_source(int32_t type, const void *data, int64_t rows, int64_t cols, M
 
 enum class TargetFormat : int32_t {
     kAsSource = 0,  // keep the source's quantization (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K-Q6_K, IQ4_NL, IQ4_XS, MXFP4,
-                    // BF16; the IQ1-IQ3 grid formats exactly as IQ_GRID3 or IQ_GRID); other types become Q8_0 (quantized types)
-                    // or BF16 (F32, F16)
+                    // BF16; the IQ1-IQ3 grid formats exactly as IQ_GRID3 or IQ_GRID); other types become Q8_0
+                    // (quantized types) or BF16 (F32, F16)
     kInt8 = 1,      // int8 per output channel
     kInt4 = 2,      // int4 per group of 32, 64 or 128 along K
     kBf16 = 3,

@@ -220,11 +220,11 @@ TEST_CASE("kt-synth: rows a type cannot hold fall back as llama-quantize's do, a
 TEST_CASE("the grid formats: a model in each computes as its exact dequantization does, and maps from a pack cache") {
     // A dense model (the expert pool test covers experts in these formats; a random MoE's routing flips on small
     // differences, which would make this comparison chaotic). Every matrix in the grid format (token_embd, attention,
-    // the FFN and the head): KT_KERNELS_AUTO packs them as IQ_GRID3 or IQ_GRID (exact) and computes with int8 activations,
-    // KT_KERNELS_REFERENCE computes in f32 on the exact dequantization, which kt_golden_quants checks against
-    // llama.cpp's. This checks that every matrix of such a file takes the packing and that nothing on the way (row
-    // lengths, scales, code books) is lost. Observed 0.015-0.020 over one token sequence (0.015-0.025 when they became
-    // Q8_0), as for Q8_0, Q6_K and Q5_0 files of the same shape (0.016-0.019); bound 0.05.
+    // the FFN and the head): KT_KERNELS_AUTO packs them as IQ_GRID3 or IQ_GRID (exact) and computes with int8
+    // activations, KT_KERNELS_REFERENCE computes in f32 on the exact dequantization, which kt_golden_quants checks
+    // against llama.cpp's. This checks that every matrix of such a file takes the packing and that nothing on the way
+    // (row lengths, scales, code books) is lost. Observed 0.015-0.020 over one token sequence (0.015-0.025 when they
+    // became Q8_0), as for Q8_0, Q6_K and Q5_0 files of the same shape (0.016-0.019); bound 0.05.
     kt::test::TempDir dir;
     const std::string shape = " --arch qwen3 --hidden 256 --heads 4 --heads-kv 2 --head-dim 64 --ff 512 --layers 2"
                               " --vocab 512";

@@ -122,10 +122,10 @@ void pack_row(const PackedLayout &L, int64_t p, int col, const RowFields &f, uin
                     const uint32_t live = n == 4 ? 0xFFFFFFFFu : (1u << (8 * n)) - 1;
                     const uint32_t fields = (type == PackedType::kQ4_0 ? w ^ 0x08080808u : w) & field & live;
                     or_word(t + r * kTileRowBytes, fields << (bits * part));
-                    // High bits of tile-row byte 4j + b: the 5-bit formats, Q3_K and IQ_GRID3 one bit each (the bit above the
-                    // field), bit (4j + b) % 8 of byte (4j + b) / 8 of the row part's 8 (the multiply gathers bit 0
-                    // of the four bytes into bits 24-27, and no two of its other products meet below them); Q6_K two,
-                    // bits 2 ((4j + b) / 16) of byte (4j + b) % 16 of its 16.
+                    // High bits of tile-row byte 4j + b: the 5-bit formats, Q3_K and IQ_GRID3 one bit each (the bit
+                    // above the field), bit (4j + b) % 8 of byte (4j + b) / 8 of the row part's 8 (the multiply
+                    // gathers bit 0 of the four bytes into bits 24-27, and no two of its other products meet below
+                    // them); Q6_K two, bits 2 ((4j + b) / 16) of byte (4j + b) % 16 of its 16.
                     if (hbits_per_code == 1) {
                         const uint32_t high = ((((w >> bits) & 0x01010101u) * 0x01020408u) >> 24) & 0x0F;
                         hbits[hb_tile + (r * parts + part) * 8 + j / 2] |= static_cast<uint8_t>(high << (4 * (j % 2)));

@@ -53,8 +53,8 @@ struct RowFields {
 using RowSource = FunctionRef<void(int64_t row, RowFields *fields)>;
 
 // Packs panels [p_begin, p_end) into dst (the layout's bytes, 64-byte aligned). Every byte of those panels' tiles
-// and side arrays is written (padding rows and K positions are zero), and with panel 0 the code book of kIqGrid and kIqGrid3; nothing
-// else.
+// and side arrays is written (padding rows and K positions are zero), and with panel 0 the code book of kIqGrid
+// and kIqGrid3; nothing else.
 void pack_panels(const PackedLayout &layout, int64_t p_begin, int64_t p_end, RowSource source, uint8_t *dst);
 
 }  // namespace kt::cpu

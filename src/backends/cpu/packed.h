@@ -62,11 +62,13 @@
 //           IQ1, 1/4 for IQ3_XXS) times a small odd scale code times one of at most 16 grid values (IQ2: +-8, 25,
 //           43; IQ1: eighths +-1, 7, 9; IQ3_XXS: +-4 .. 62; IQ3_S: +-1 .. 15). The book holds the values and the f32
 //           d the rest, exactly (an f16 d / 8 would lose bits below f16's normal range), in 4.375 bits a weight
-//           (4.625 for IQ1_M, IQ2_XS and IQ2_S, whose scales are per 16).
+//           (4.625 with scales per 16, as IQ1_M's, IQ2_XS's and IQ2_S's). kIqGrid holds IQ3_XXS and IQ3_S (16 values);
+//           the IQ1 and IQ2 formats (6) are kIqGrid3.
 //   kIqGrid3 kIqGrid's fields for a book of at most 8 values (the IQ1 and IQ2 formats have 6), the index in 3 bits
 //           as kQ3_K holds its codes: crumb tiles of the low 2 bits plus the third bit in hbits[tile][r][4][8], then
 //           kIqGrid's sc, d and code book (entries 8-15 zero). 3.375 bits a weight (3.625 for groups of 16): 23 %
-//           less than kIqGrid, for a decode that costs a mask and a merge more per tile row.
+//           less memory and bytes per token than kIqGrid, for a decode of more instructions (a core decodes about
+//           as many weights a second from memory, 0.8x in cache; bench/results/zen4.md).
 // SB = ceil((K + superblock_k_offset) / 256) super-blocks. For the super-block formats a matrix may start in the middle of a GGUF super-block (a NUMA shard whose K range
 // starts at a multiple of 128 that is not one of 256): `superblock_k_offset` (0 or 128) is how much of the first
 // super-block lies before K = 0, and K position k of the matrix uses super-block (k + offset) / 256.

@@ -454,10 +454,9 @@ KT_API kt_status kt_dequantize(int32_t type, const void *src, uint64_t src_bytes
  * bytes, plus the layout's padding of rows to 32 and a few bytes of scales: Q4_K 148 bytes per 256 values against
  * the file's 144), the IQ1-IQ3 grid formats as indices into their grid values (IQ1 and IQ2: 3 bits, 3.375 or 3.625
  * bits a value with their scales; IQ3: 4 bits, 4.375; 1.3x to 2.2x their files), other quantized types as Q8_0,
- * F32, F16 and F64 as BF16. A stack of n experts takes n
- * times one expert's matrix. Stateless. Statuses: KT_STATUS_INVALID_ARGUMENT (out_bytes NULL, n_rows or n_per_row
- * below 1, n_per_row not a multiple of the block size), KT_STATUS_UNSUPPORTED (a type kt cannot read, unknown ids
- * included). */
+ * F32, F16 and F64 as BF16. A stack of n experts takes n times one expert's matrix. Stateless. Statuses:
+ * KT_STATUS_INVALID_ARGUMENT (out_bytes NULL, n_rows or n_per_row below 1, n_per_row not a multiple of the block
+ * size), KT_STATUS_UNSUPPORTED (a type kt cannot read, unknown ids included). */
 KT_API kt_status kt_packed_matrix_bytes(int32_t type, int64_t n_rows, int64_t n_per_row, uint64_t *out_bytes);
 
 /* ------------------------------------------------------------------------------------------------------------ */

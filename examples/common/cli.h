@@ -174,11 +174,6 @@ inline std::string device_plan(const kt_model *model) {
     return text;
 }
 
-// ---------------------------------------------------------------------------------------------------------------
-// The kt calls that fill caller buffers negotiate their size: ask, grow, ask again. Errors are the calls' own
-// statuses; the message is in kt_model_last_error.
-
-// The conversation rendered with the model's chat template (or the one `params` names).
 // The bytes of a tensor's weights as the default kernels hold them, which a decode step reads: each matrix as
 // kt_packed_matrix_bytes gives it, a vector or a type kt does not pack as the file holds it.
 inline double packed_tensor_bytes(const kt_tensor_info &t) {
@@ -188,6 +183,11 @@ inline double packed_tensor_bytes(const kt_tensor_info &t) {
     return static_cast<double>(one) * static_cast<double>(t.ne[2]) * static_cast<double>(t.ne[3]);
 }
 
+// ---------------------------------------------------------------------------------------------------------------
+// The kt calls that fill caller buffers negotiate their size: ask, grow, ask again. Errors are the calls' own
+// statuses; the message is in kt_model_last_error.
+
+// The conversation rendered with the model's chat template (or the one `params` names).
 inline kt_status render_chat(const kt_model *model, const std::vector<kt_chat_message> &turns,
                              const kt_chat_params &params, std::string *out) {
     int64_t length = 0;

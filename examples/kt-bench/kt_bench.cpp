@@ -227,8 +227,9 @@ ModelInfo describe(kt_model *model, const std::string &path, int32_t kernels) {
             kt_tensor_info t;
             t.struct_size = sizeof t;
             if (kt_model_tensor_info(model, i, &t) == KT_STATUS_OK && std::string(t.name) == "token_embd.weight") {
-                add_read(kHeadPart, static_cast<double>(t.n_bytes), kt_cli::packed_tensor_bytes(t));
-                m.packed.all += kt_cli::packed_tensor_bytes(t);  // a packed copy beside the embedding the lookups read
+                const double packed = kt_cli::packed_tensor_bytes(t);
+                add_read(kHeadPart, static_cast<double>(t.n_bytes), packed);
+                m.packed.all += packed;  // a packed copy beside the embedding the lookups read
             }
         }
     }

@@ -2,7 +2,8 @@
 //   BM_gemm_cached  weights of 256 x K (L2-resident): the kernels' compute rate per format, M (tokens) and K (2048,
 //                   and 768 at 32 tokens: a Qwen3-30B-A3B expert's down projection against its gate and up);
 //                   counter GOPS = 2 M N K per second / 1e9. Each call gathers or converts nothing it could reuse
-//                   (GemmActs::rows_id 0), as the first GEMM of an expert pool chunk.
+//                   (GemmActs::rows_id 0), as the first GEMM of an expert pool chunk; it lends the kernels their
+//                   decode scratch, as the expert pool does.
 //   BM_gemv_stream  one token against 256 MiB of weights: the streaming rate of the decode path; counter GBS =
 //                   packed weight bytes per second / 1e9.
 //   BM_gemm_stream  M tokens against 256 MiB of weights of depth K in calls of C columns (an expert pool task),
@@ -121,11 +122,16 @@ Packed pack(const Fmt &f, int64_t n, int64_t k) {
     return p;
 }
 
+struct alignas(64) Line {
+    uint8_t bytes[64];
+};
+
 struct Acts {
     std::vector<int8_t> q;
     std::vector<float> scale;
     std::vector<int32_t> sums;
     std::vector<uint16_t> bf16;
+    std::vector<Line> decode_scratch;  // lent to the kernels as the expert pool and PackedLinear lend it
     cpu::GemmActs a;
 };
 
@@ -159,6 +165,8 @@ Acts acts_for(const cpu::KernelSet &ks, const cpu::PackedLayout &l, int64_t m) {
     r.a.scale = r.scale.data();
     r.a.sums = r.sums.data();
     r.a.sums_ld = ns;
+    r.decode_scratch.resize((cpu::decode_scratch_bytes(l) + 63) / 64);
+    r.a.decode_scratch = r.decode_scratch.data()->bytes;
     return r;
 }
 

@@ -171,6 +171,7 @@ private:
     cpu::QuantSpec gate_spec_, up_spec_, down_spec_;
     bool separate_up_sums_ = false;
     int64_t x_ld_ = 0, sums_gate_ld_ = 0, sums_up_ld_ = 0;
+    size_t thread_scratch_ = 0;  // bytes of each thread's share of a group's tiles (run_phases)
 
     std::mutex mutex_;                 // submit, load, set_mask
     std::vector<uint8_t> mask_;

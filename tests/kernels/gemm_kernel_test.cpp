@@ -87,10 +87,12 @@ std::vector<float> bf16_sdm_reference(const std::vector<double> &wref, int64_t c
 }
 
 // Runs one GEMM with `ks` over rows [r0, r0 + n) x columns [k0, k0 + k) of a [rows, cols] source; *ran_on receives
-// the ISA level whose code computed it.
+// the ISA level whose code computed it. lend_scratch: the call gets decode scratch (GemmActs::decode_scratch) as the
+// library's callers lend it, filled with a marker first; *scratch_written (may be nullptr) says whether the kernels
+// wrote into it. A write past decode_scratch_bytes fails the test.
 std::vector<float> run_gemm(const cpu::KernelSet &ks, const Case &c, const moe::MatrixSource &src, int64_t r0, int64_t n,
                             int64_t k0, int64_t k, const std::vector<float> &x /* [m][k] */, int64_t m,
-                            cpu::IsaLevel *ran_on) {
+                            cpu::IsaLevel *ran_on, bool lend_scratch = true, bool *scratch_written = nullptr) {
     moe::PackSpec spec;
     REQUIRE(moe::pack_spec_for(src, c.target, c.group, &spec).is_ok());
     cpu::PackedLayout layout;
@@ -128,11 +130,26 @@ std::vector<float> run_gemm(const cpu::KernelSet &ks, const Case &c, const moe::
         a.sums = sums.data();
         a.sums_ld = ns;
     }
+    constexpr uint8_t kMarker = 0xA5;
+    const size_t scratch_bytes = cpu::decode_scratch_bytes(layout);
+    mem::NumaBuffer scratch;
+    if (lend_scratch) {
+        REQUIRE(mem::NumaBuffer::allocate(scratch_bytes + 64, nullptr, -1, &scratch).is_ok());
+        std::memset(scratch.as<uint8_t>(), kMarker, scratch_bytes + 64);
+        a.decode_scratch = scratch.as<uint8_t>();
+    }
     const int64_t ldc = n + 3;
     std::vector<float> out(static_cast<size_t>(m * ldc), -12345.0f);
     cpu::GemmCounter counter;
     a.counter = &counter;
     cpu::gemm(ks, w, a, m, 0, n, out.data(), ldc);
+    if (lend_scratch) {
+        const uint8_t *sp = scratch.as<uint8_t>();
+        bool written = false;
+        for (size_t i = 0; i < scratch_bytes && !written; ++i) written = sp[i] != kMarker;
+        for (size_t i = scratch_bytes; i < scratch_bytes + 64; ++i) CHECK(sp[i] == kMarker);
+        if (scratch_written) *scratch_written = written;
+    }
     const cpu::GemmCounts counts = counter.read();
     REQUIRE(counts.total_calls() == 1);
     CHECK(counts.amx_fallbacks == 0);
@@ -318,18 +335,30 @@ TEST_CASE("gemm kernels: the IQ1-IQ3 grid formats as their code book indices (IQ
 TEST_CASE("gemm kernels: a row gives the same bits alone and among other rows") {
     // A call of several row blocks prepares each panel's scales and mins once for all of them (kernels_impl.h,
     // int_gemm_typed), a call of one block reads them from the packed arrays per group; past kMaxPreparedGroups
-    // (128 groups) every call reads the packed arrays. A row's result may not depend on which.
-    const Case cases[] = {{KT_TYPE_Q4_K, moe::TargetFormat::kAsSource, 0, {768, 4352}},
-                          {KT_TYPE_Q5_K, moe::TargetFormat::kAsSource, 0, {512}},
-                          {KT_TYPE_Q6_K, moe::TargetFormat::kAsSource, 0, {768}},
-                          {KT_TYPE_Q2_K, moe::TargetFormat::kAsSource, 0, {512}},
-                          {KT_TYPE_Q3_K, moe::TargetFormat::kAsSource, 0, {512}},
-                          {KT_TYPE_Q4_1, moe::TargetFormat::kAsSource, 0, {160, 4160}},
-                          {KT_TYPE_Q5_0, moe::TargetFormat::kAsSource, 0, {96}},
-                          {KT_TYPE_Q8_0, moe::TargetFormat::kAsSource, 0, {96}},
-                          {KT_TYPE_IQ2_XS, moe::TargetFormat::kAsSource, 0, {512}}};
+    // (128 groups) every call reads the packed arrays. With decode scratch, the formats of kPredecodes decode
+    // each tile row once in a call of several row blocks, where the formats that prepare their scales do (so not
+    // past 128 groups), and the others read it back. A row's result may depend on none of these.
+    struct DecodeCase {
+        Case c;
+        bool decodes_once;  // in the calls of this test, for each K of c
+    };
+    const DecodeCase cases[] = {{{KT_TYPE_Q4_K, moe::TargetFormat::kAsSource, 0, {768, 4352}}, false},
+                                {{KT_TYPE_Q5_K, moe::TargetFormat::kAsSource, 0, {512}}, true},
+                                {{KT_TYPE_Q6_K, moe::TargetFormat::kAsSource, 0, {768}}, true},
+                                {{KT_TYPE_Q6_K, moe::TargetFormat::kAsSource, 0, {4096}}, false},  // 256 groups
+                                {{KT_TYPE_Q2_K, moe::TargetFormat::kAsSource, 0, {512}}, false},
+                                {{KT_TYPE_Q3_K, moe::TargetFormat::kAsSource, 0, {512}}, true},
+                                {{KT_TYPE_Q4_1, moe::TargetFormat::kAsSource, 0, {160, 4160}}, false},
+                                {{KT_TYPE_Q5_0, moe::TargetFormat::kAsSource, 0, {96}}, true},
+                                {{KT_TYPE_Q5_1, moe::TargetFormat::kAsSource, 0, {160}}, true},
+                                {{KT_TYPE_Q5_1, moe::TargetFormat::kAsSource, 0, {4160}}, false},  // 130 groups
+                                {{KT_TYPE_Q8_0, moe::TargetFormat::kAsSource, 0, {96}}, false},
+                                {{KT_TYPE_IQ4_XS, moe::TargetFormat::kAsSource, 0, {512}}, true},
+                                {{KT_TYPE_IQ2_XS, moe::TargetFormat::kAsSource, 0, {512, 4352}}, true},
+                                {{KT_TYPE_IQ3_XXS, moe::TargetFormat::kAsSource, 0, {768}}, true}};
     const int64_t rows = 40, m = 13;
-    for (const Case &c : cases) {
+    for (const DecodeCase &dc : cases) {
+        const Case &c = dc.c;
         for (int64_t cols : c.ks) {
             const std::vector<uint8_t> bytes = test::random_gguf_rows(c.src_type, rows, cols, 71 + cols);
             moe::MatrixSource src;
@@ -338,7 +367,11 @@ TEST_CASE("gemm kernels: a row gives the same bits alone and among other rows") 
             for (const cpu::KernelSet *ks : all_sets()) {
                 INFO("type " << ops::type_traits(c.src_type)->name << " K " << cols << " kernel set " << ks->name);
                 cpu::IsaLevel ran_on = cpu::IsaLevel::kScalar;
-                const std::vector<float> together = run_gemm(*ks, c, src, 0, rows, 0, cols, x, m, &ran_on);
+                bool written = false;
+                const std::vector<float> together = run_gemm(*ks, c, src, 0, rows, 0, cols, x, m, &ran_on, true, &written);
+                if (ran_on != cpu::IsaLevel::kAmx) CHECK(written == dc.decodes_once);  // AMX unpacks panels its own way
+                const std::vector<float> decoding = run_gemm(*ks, c, src, 0, rows, 0, cols, x, m, &ran_on, false);
+                CHECK(std::memcmp(decoding.data(), together.data(), sizeof(float) * together.size()) == 0);
                 for (int64_t i = 0; i < m; ++i) {
                     const std::vector<float> xi(x.begin() + i * cols, x.begin() + (i + 1) * cols);
                     const std::vector<float> alone = run_gemm(*ks, c, src, 0, rows, 0, cols, xi, 1, &ran_on);

@@ -61,6 +61,11 @@ struct GemmActs {
     const uint8_t *prefetch_next = nullptr;
     // The calling thread's amx::TileSession for the AMX kernel set (nullptr: each AMX call brackets itself).
     void *tile_session = nullptr;
+    // Scratch of the calling thread, decode_scratch_bytes(w.layout) bytes, 64-byte aligned, which the kernels may
+    // overwrite: with it, a call of more rows than one row block decodes each weight tile row once (in the first row
+    // block) and the other row blocks read it back, for the formats whose decoding costs more than that read (the
+    // results are the same bit for bit). nullptr: every row block decodes for itself.
+    uint8_t *decode_scratch = nullptr;
     // Counts the call too, besides the calling thread's process-wide counter (gemm_counters.h); written only by
     // the calling thread (nullptr: none).
     GemmCounter *counter = nullptr;
@@ -109,6 +114,10 @@ struct KernelSet {
     void (*unpack_panel_s8)(const PackedMatrix &w, int64_t panel, int8_t *tiles, float *scale, float *neg_min,
                             bool prefetch_next);
 };
+
+// The bytes of GemmActs::decode_scratch for a GEMM over `layout`: one column block's decoded tile rows, at most a
+// panel's 32 columns of a byte per padded K.
+inline size_t decode_scratch_bytes(const PackedLayout &layout) { return static_cast<size_t>(layout.kp) * kPanel; }
 
 // The first of `count` fresh, process-wide unique GemmActs::rows_id values (thread-safe).
 uint64_t new_rows_ids(uint64_t count);

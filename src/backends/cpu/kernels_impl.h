@@ -467,6 +467,22 @@ struct Kernels {
         }
     }
 
+    // The formats whose tile rows int_gemm_typed decodes once per column block when a call has several row blocks
+    // and the caller lends scratch (GemmActs::decode_scratch): those with a high-bit plane (Q3_K, Q5_K, Q6_K, Q5_0,
+    // Q5_1) or a table lookup (IQ4_XS, IQ4_NL, MXFP4 and the grids), whose decoding costs more than reading 64
+    // decoded bytes back from L2. Q4_K, Q4_0, Q4_1, INT4 and Q2_K decode in one or two instructions a row and lose
+    // (Zen 4, bench_gemm BM_gemm_cached K 2048, 32 / 128 rows: Q4_K -3 / -2 % on AVX-512 VNNI, -10 % on AVX2; Q2_K
+    // -14 % on AVX2); Q8_0 and INT8 need no decoding. Figures for the others: bench/results/zen4.md.
+    template <PackedType T>
+    static constexpr bool kPredecodes = T == PackedType::kQ3_K || T == PackedType::kQ5_K || T == PackedType::kQ6_K ||
+                                        T == PackedType::kQ5_0 || T == PackedType::kQ5_1 || kBookCodes<T> ||
+                                        T == PackedType::kMxfp4;
+    // Where int_block's tile rows come from: decoded from the packed tiles (kDecode); decoded and also stored to the
+    // caller's scratch (kDecodeAndStore: a call's first row block of a column block); read back from it (kReadDecoded:
+    // the other row blocks). The scratch holds [tile][part][row][kNV] vectors of the column block, as decode gives
+    // them, so the three compute the same sums bit for bit.
+    enum class TileSource { kDecode, kDecodeAndStore, kReadDecoded };
+
     // One block: rows [0, mr) x the kNV column vectors starting at panel column c0 of panel p, whole K.
     // kKpg: K steps of 4 per scale group (4, 8, 16, 32), or 0 for one group over the whole K (kInt8).
     // prefetch: what to prefetch while this block is computed (TilePrefetch).
@@ -474,10 +490,11 @@ struct Kernels {
     // panel), otherwise from the packed arrays (ScaleCursor); the same floats either way. Where several row
     // blocks read a panel, a block decoded each group's scales again (a dozen instructions per group and column
     // vector, a conversion and a broadcast of each row's sum for the min term).
-    template <PackedType T, int kKpg, int mr, bool kPrepared>
+    // kSource, decoded: where the tile rows come from (TileSource); decoded is unused with kDecode.
+    template <PackedType T, int kKpg, int mr, bool kPrepared, TileSource kSource = TileSource::kDecode>
     static void int_block(const PackedMatrix &w, int64_t p, int c0, const int8_t *const *a, const int32_t *const *sums,
                           const float *a_scale, float *const *c, int valid_cols, const TilePrefetch &prefetch,
-                          const PanelScales &prepared) {
+                          const PanelScales &prepared, uint8_t *decoded) {
         constexpr int kRowsPerFlush = (kKpg == 0 || kKpg > 16) ? 16 : kKpg;
         constexpr int kUMax = kHighNibbleInPlace<T> ? 0xF0 : Fmt<T>::kUMax;
         // Independent int32 accumulator chains per output vector: consecutive K steps alternate between them, so
@@ -605,9 +622,18 @@ struct Kernels {
                         const int r = r_c;
                         constexpr int j = j_c;
                         VI u[kNV];
-                        for (int v = 0; v < kNV; ++v)
-                            u[v] = decode<T, true>(rows[v] + r * kTileRowBytes, part, hrows[v] + r * kHbitsPerRow<T>,
-                                                   vp[v].vi, table);
+                        if constexpr (kSource == TileSource::kReadDecoded) {
+                            const uint8_t *du = decoded + ((s * kParts<T> + part) * 16 + r0 + r) * kNV * sizeof(VI);
+                            for (int v = 0; v < kNV; ++v) u[v] = S::loadu(du + v * sizeof(VI));
+                        } else {
+                            for (int v = 0; v < kNV; ++v)
+                                u[v] = decode<T, true>(rows[v] + r * kTileRowBytes, part, hrows[v] + r * kHbitsPerRow<T>,
+                                                       vp[v].vi, table);
+                            if constexpr (kSource == TileSource::kDecodeAndStore) {
+                                uint8_t *du = decoded + ((s * kParts<T> + part) * 16 + r0 + r) * kNV * sizeof(VI);
+                                for (int v = 0; v < kNV; ++v) S::storeu(du + v * sizeof(VI), u[v]);
+                            }
+                        }
                         for (int m = 0; m < mr; ++m)
                             for (int v = 0; v < kNV; ++v) {
                                 if constexpr (kSigned<T>)
@@ -687,6 +713,9 @@ struct Kernels {
         alignas(64) float prepared_scale[kPrepares ? kMaxPreparedGroups * kPanel : 1];
         alignas(64) float prepared_neg_min[kPrepares ? kMaxPreparedGroups * kPanel : 1];
         const PanelScales prepared{prepared_scale, prepared_neg_min};
+        // With the caller's scratch, a call of several row blocks decodes each column block's tile rows once
+        // (kPredecodes; the formats that prepare their scales only where they do, so that a block reads both or neither).
+        uint8_t *const decoded = kPredecodes<T> && blocks > 1 && (prepare || !kPrepares) ? a.decode_scratch : nullptr;
         for (int64_t p = n_begin / kPanel; p < p_end; ++p) {
             if (prepare) panel_scales<T, true>(w, p, prepared_scale, prepared_neg_min);
             for (int c0 = 0; c0 < kPanel; c0 += kCols) {
@@ -728,10 +757,20 @@ struct Kernels {
                         next_panel.lo = tile_share.lo;
                         next_panel.hi = tile_share.lo + tile_share.count();
                     }
-                    if (prepare)  // (one instantiation for the formats that never prepare)
-                        dispatch_mr<T, kKpg, kPrepares>(mr, w, p, c0, ap, sp, sc, cp, valid, *prefetch, prepared);
-                    else
-                        dispatch_mr<T, kKpg, false>(mr, w, p, c0, ap, sp, sc, cp, valid, *prefetch, prepared);
+                    if (decoded) {
+                        if constexpr (kPredecodes<T>) {  // (decoded is nullptr for the other formats)
+                            if (i0 == 0)  // blocks > 1: the first row block has kMR rows
+                                int_block<T, kKpg, kMR, kPrepares, TileSource::kDecodeAndStore>(
+                                    w, p, c0, ap, sp, sc, cp, valid, *prefetch, prepared, decoded);
+                            else
+                                dispatch_mr<T, kKpg, kPrepares, TileSource::kReadDecoded>(mr, w, p, c0, ap, sp, sc, cp, valid,
+                                                                                         *prefetch, prepared, decoded);
+                        }
+                    } else if (prepare) {  // (one instantiation for the formats that never prepare)
+                        dispatch_mr<T, kKpg, kPrepares>(mr, w, p, c0, ap, sp, sc, cp, valid, *prefetch, prepared, nullptr);
+                    } else {
+                        dispatch_mr<T, kKpg, false>(mr, w, p, c0, ap, sp, sc, cp, valid, *prefetch, prepared, nullptr);
+                    }
                     if (prefetch == &next_panel) {
                         for (int i = 0; i < next_panel.n; ++i)
                             for (int64_t t = next_panel.lo; t < next_panel.hi; ++t) next_panel.share[i].next();
@@ -742,15 +781,16 @@ struct Kernels {
         }
     }
 
-    template <PackedType T, int kKpg, bool kPrepared, int mr = kMR>
+    template <PackedType T, int kKpg, bool kPrepared, TileSource kSource = TileSource::kDecode, int mr = kMR>
     static void dispatch_mr(int n, const PackedMatrix &w, int64_t p, int c0, const int8_t *const *a,
                             const int32_t *const *sums, const float *a_scale, float *const *c, int valid,
-                            const TilePrefetch &prefetch, const PanelScales &prepared) {
+                            const TilePrefetch &prefetch, const PanelScales &prepared, uint8_t *decoded) {
         if constexpr (mr > 1) {
             if (n < mr)
-                return dispatch_mr<T, kKpg, kPrepared, mr - 1>(n, w, p, c0, a, sums, a_scale, c, valid, prefetch, prepared);
+                return dispatch_mr<T, kKpg, kPrepared, kSource, mr - 1>(n, w, p, c0, a, sums, a_scale, c, valid, prefetch,
+                                                                         prepared, decoded);
         }
-        int_block<T, kKpg, mr, kPrepared>(w, p, c0, a, sums, a_scale, c, valid, prefetch, prepared);
+        int_block<T, kKpg, mr, kPrepared, kSource>(w, p, c0, a, sums, a_scale, c, valid, prefetch, prepared, decoded);
     }
 
     static void gemm_int(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t n_begin, int64_t n_end, float *c,

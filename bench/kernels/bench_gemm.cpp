@@ -1,6 +1,7 @@
 // Google Benchmark micro-benchmarks of the expert GEMM kernels, one thread, every kernel set this host runs:
 //   BM_gemm_cached  weights of 256 x K (L2-resident): the kernels' compute rate per format, M (tokens) and K (2048,
-//                   and 768 at 32 tokens: a Qwen3-30B-A3B expert's down projection against its gate and up);
+//                   and 768 at 32 tokens: a Qwen3-30B-A3B expert's down projection against its gate and up, and
+//                   7168: a DeepSeek-V3 expert's gate and up, past the 128 scale groups whose scales a call prepares);
 //                   counter GOPS = 2 M N K per second / 1e9. Each call gathers or converts nothing it could reuse
 //                   (GemmActs::rows_id 0), as the first GEMM of an expert pool chunk; it lends the kernels their
 //                   decode scratch, as the expert pool does.
@@ -271,7 +272,7 @@ int main(int argc, char **argv) {
             const std::string tag = std::string(f.name) + "/" + sets[i]->name;
             benchmark::RegisterBenchmark(("BM_gemm_cached/" + tag).c_str(), BM_gemm_cached, sets[i], f)
                 ->ArgsProduct({{1, 4, 16, 32, 64, 128, 512}, {2048}})
-                ->ArgsProduct({{32}, {768}})
+                ->ArgsProduct({{32}, {768, 7168}})
                 ->ComputeStatistics("min", min_of);
             benchmark::RegisterBenchmark(("BM_gemv_stream/" + tag).c_str(), BM_gemv_stream, sets[i], f)
                 ->Unit(benchmark::kMillisecond)->ComputeStatistics("min", min_of);

@@ -336,8 +336,8 @@ TEST_CASE("gemm kernels: a row gives the same bits alone and among other rows") 
     // A call of several row blocks prepares each panel's scales and mins once for all of them (kernels_impl.h,
     // int_gemm_typed), a call of one block reads them from the packed arrays per group; past kMaxPreparedGroups
     // (128 groups) every call reads the packed arrays. With decode scratch, the formats of kPredecodes decode
-    // each tile row once in a call of several row blocks, where the formats that prepare their scales do (so not
-    // past 128 groups), and the others read it back. A row's result may depend on none of these.
+    // each tile row once in a call of several row blocks, with their scales prepared or not, and the others read
+    // it back. A row's result may depend on none of these.
     struct DecodeCase {
         Case c;
         bool decodes_once;  // in the calls of this test, for each K of c
@@ -345,13 +345,12 @@ TEST_CASE("gemm kernels: a row gives the same bits alone and among other rows") 
     const DecodeCase cases[] = {{{KT_TYPE_Q4_K, moe::TargetFormat::kAsSource, 0, {768, 4352}}, false},
                                 {{KT_TYPE_Q5_K, moe::TargetFormat::kAsSource, 0, {512}}, true},
                                 {{KT_TYPE_Q6_K, moe::TargetFormat::kAsSource, 0, {768}}, true},
-                                {{KT_TYPE_Q6_K, moe::TargetFormat::kAsSource, 0, {4096}}, false},  // 256 groups
+                                {{KT_TYPE_Q6_K, moe::TargetFormat::kAsSource, 0, {4096}}, true},  // 256 groups
                                 {{KT_TYPE_Q2_K, moe::TargetFormat::kAsSource, 0, {512}}, false},
                                 {{KT_TYPE_Q3_K, moe::TargetFormat::kAsSource, 0, {512}}, true},
                                 {{KT_TYPE_Q4_1, moe::TargetFormat::kAsSource, 0, {160, 4160}}, false},
                                 {{KT_TYPE_Q5_0, moe::TargetFormat::kAsSource, 0, {96}}, true},
-                                {{KT_TYPE_Q5_1, moe::TargetFormat::kAsSource, 0, {160}}, true},
-                                {{KT_TYPE_Q5_1, moe::TargetFormat::kAsSource, 0, {4160}}, false},  // 130 groups
+                                {{KT_TYPE_Q5_1, moe::TargetFormat::kAsSource, 0, {160, 4160}}, true},  // 5, 130 groups
                                 {{KT_TYPE_Q8_0, moe::TargetFormat::kAsSource, 0, {96}}, false},
                                 {{KT_TYPE_IQ4_XS, moe::TargetFormat::kAsSource, 0, {512}}, true},
                                 {{KT_TYPE_IQ2_XS, moe::TargetFormat::kAsSource, 0, {512, 4352}}, true},

@@ -714,8 +714,8 @@ struct Kernels {
         alignas(64) float prepared_neg_min[kPrepares ? kMaxPreparedGroups * kPanel : 1];
         const PanelScales prepared{prepared_scale, prepared_neg_min};
         // With the caller's scratch, a call of several row blocks decodes each column block's tile rows once
-        // (kPredecodes; the formats that prepare their scales only where they do, so that a block reads both or neither).
-        uint8_t *const decoded = kPredecodes<T> && blocks > 1 && (prepare || !kPrepares) ? a.decode_scratch : nullptr;
+        // (kPredecodes), with its scales prepared or not.
+        uint8_t *const decoded = kPredecodes<T> && blocks > 1 ? a.decode_scratch : nullptr;
         for (int64_t p = n_begin / kPanel; p < p_end; ++p) {
             if (prepare) panel_scales<T, true>(w, p, prepared_scale, prepared_neg_min);
             for (int c0 = 0; c0 < kPanel; c0 += kCols) {
@@ -759,12 +759,19 @@ struct Kernels {
                     }
                     if (decoded) {
                         if constexpr (kPredecodes<T>) {  // (decoded is nullptr for the other formats)
-                            if (i0 == 0)  // blocks > 1: the first row block has kMR rows
-                                int_block<T, kKpg, kMR, kPrepares, TileSource::kDecodeAndStore>(
-                                    w, p, c0, ap, sp, sc, cp, valid, *prefetch, prepared, decoded);
+                            // blocks > 1: the first row block has kMR rows.
+                            auto decode_once = [&](auto prepared_c) KT_ALWAYS_INLINE {
+                                if (i0 == 0)
+                                    int_block<T, kKpg, kMR, prepared_c, TileSource::kDecodeAndStore>(
+                                        w, p, c0, ap, sp, sc, cp, valid, *prefetch, prepared, decoded);
+                                else
+                                    dispatch_mr<T, kKpg, prepared_c, TileSource::kReadDecoded>(
+                                        mr, w, p, c0, ap, sp, sc, cp, valid, *prefetch, prepared, decoded);
+                            };
+                            if (prepare)
+                                decode_once(std::integral_constant<bool, kPrepares>{});
                             else
-                                dispatch_mr<T, kKpg, kPrepares, TileSource::kReadDecoded>(mr, w, p, c0, ap, sp, sc, cp, valid,
-                                                                                         *prefetch, prepared, decoded);
+                                decode_once(std::false_type{});
                         }
                     } else if (prepare) {  // (one instantiation for the formats that never prepare)
                         dispatch_mr<T, kKpg, kPrepares>(mr, w, p, c0, ap, sp, sc, cp, valid, *prefetch, prepared, nullptr);

@@ -479,7 +479,7 @@ struct Kernels {
                                         T == PackedType::kMxfp4;
     // Where int_block's tile rows come from: decoded from the packed tiles (kDecode); decoded and also stored to the
     // caller's scratch (kDecodeAndStore: a call's first row block of a column block); read back from it (kReadDecoded:
-    // the other row blocks). The scratch holds [tile][part][row][kNV] vectors of the column block, as decode gives
+    // the other whole row blocks). The scratch holds [tile][part][row][kNV] vectors of the column block, as decode gives
     // them, so the three compute the same sums bit for bit.
     enum class TileSource { kDecode, kDecodeAndStore, kReadDecoded };
 
@@ -757,16 +757,18 @@ struct Kernels {
                         next_panel.lo = tile_share.lo;
                         next_panel.hi = tile_share.lo + tile_share.count();
                     }
-                    if (decoded) {
+                    // Whole row blocks store (the first) or read back the decoded tile rows; a last, shorter block
+                    // decodes for itself: one instantiation per source, not one per row count (with one per row
+                    // count, gcc 12 -O3 took the AVX-512 VNNI GFNI/VBMI kernels' unit from 50 to 83 s; now 61 s).
+                    if (decoded && mr == kMR) {
                         if constexpr (kPredecodes<T>) {  // (decoded is nullptr for the other formats)
-                            // blocks > 1: the first row block has kMR rows.
                             auto decode_once = [&](auto prepared_c) KT_ALWAYS_INLINE {
                                 if (i0 == 0)
                                     int_block<T, kKpg, kMR, prepared_c, TileSource::kDecodeAndStore>(
                                         w, p, c0, ap, sp, sc, cp, valid, *prefetch, prepared, decoded);
                                 else
-                                    dispatch_mr<T, kKpg, prepared_c, TileSource::kReadDecoded>(
-                                        mr, w, p, c0, ap, sp, sc, cp, valid, *prefetch, prepared, decoded);
+                                    int_block<T, kKpg, kMR, prepared_c, TileSource::kReadDecoded>(
+                                        w, p, c0, ap, sp, sc, cp, valid, *prefetch, prepared, decoded);
                             };
                             if (prepare)
                                 decode_once(std::integral_constant<bool, kPrepares>{});
@@ -774,9 +776,9 @@ struct Kernels {
                                 decode_once(std::false_type{});
                         }
                     } else if (prepare) {  // (one instantiation for the formats that never prepare)
-                        dispatch_mr<T, kKpg, kPrepares>(mr, w, p, c0, ap, sp, sc, cp, valid, *prefetch, prepared, nullptr);
+                        dispatch_mr<T, kKpg, kPrepares>(mr, w, p, c0, ap, sp, sc, cp, valid, *prefetch, prepared);
                     } else {
-                        dispatch_mr<T, kKpg, false>(mr, w, p, c0, ap, sp, sc, cp, valid, *prefetch, prepared, nullptr);
+                        dispatch_mr<T, kKpg, false>(mr, w, p, c0, ap, sp, sc, cp, valid, *prefetch, prepared);
                     }
                     if (prefetch == &next_panel) {
                         for (int i = 0; i < next_panel.n; ++i)
@@ -788,16 +790,15 @@ struct Kernels {
         }
     }
 
-    template <PackedType T, int kKpg, bool kPrepared, TileSource kSource = TileSource::kDecode, int mr = kMR>
+    template <PackedType T, int kKpg, bool kPrepared, int mr = kMR>
     static void dispatch_mr(int n, const PackedMatrix &w, int64_t p, int c0, const int8_t *const *a,
                             const int32_t *const *sums, const float *a_scale, float *const *c, int valid,
-                            const TilePrefetch &prefetch, const PanelScales &prepared, uint8_t *decoded) {
+                            const TilePrefetch &prefetch, const PanelScales &prepared) {
         if constexpr (mr > 1) {
             if (n < mr)
-                return dispatch_mr<T, kKpg, kPrepared, kSource, mr - 1>(n, w, p, c0, a, sums, a_scale, c, valid, prefetch,
-                                                                         prepared, decoded);
+                return dispatch_mr<T, kKpg, kPrepared, mr - 1>(n, w, p, c0, a, sums, a_scale, c, valid, prefetch, prepared);
         }
-        int_block<T, kKpg, mr, kPrepared, kSource>(w, p, c0, a, sums, a_scale, c, valid, prefetch, prepared, decoded);
+        int_block<T, kKpg, mr, kPrepared>(w, p, c0, a, sums, a_scale, c, valid, prefetch, prepared, nullptr);
     }
 
     static void gemm_int(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t n_begin, int64_t n_end, float *c,

@@ -58,6 +58,7 @@ const Fmt kFmts[] = {
     {"IQ_GRID3_16", KT_TYPE_IQ2_XS, moe::TargetFormat::kAsSource, 0},
     {"IQ_GRID3_32", KT_TYPE_IQ2_XXS, moe::TargetFormat::kAsSource, 0},
     {"IQ_GRID32", KT_TYPE_IQ3_XXS, moe::TargetFormat::kAsSource, 0},
+    {"MXFP4", KT_TYPE_MXFP4, moe::TargetFormat::kAsSource, 0},
 };
 
 // The fastest repetition: what the code does when nothing else runs.
@@ -91,7 +92,9 @@ std::vector<uint8_t> random_source(int32_t type, int64_t rows, int64_t cols) {
     }
     const uint16_t d = f32_to_fp16(0.001f);
     for (size_t off = 0; off + static_cast<size_t>(t->block_bytes) <= v.size(); off += static_cast<size_t>(t->block_bytes)) {
-        if (type == KT_TYPE_Q6_K || type == KT_TYPE_Q3_K) {  // d last
+        if (type == KT_TYPE_MXFP4) {  // one E8M0 scale byte first: 2^-7
+            v[off] = 120;
+        } else if (type == KT_TYPE_Q6_K || type == KT_TYPE_Q3_K) {  // d last
             std::memcpy(&v[off + t->block_bytes - 2], &d, 2);
         } else if (type == KT_TYPE_Q2_K) {  // d, dmin last
             std::memcpy(&v[off + t->block_bytes - 4], &d, 2);
@@ -132,7 +135,7 @@ struct Acts {
     std::vector<float> scale;
     std::vector<int32_t> sums;
     std::vector<uint16_t> bf16;
-    std::vector<Line> decode_scratch;  // lent to the kernels as the expert pool and PackedLinear lend it
+    std::vector<Line> scratch;  // lent to the kernels as the expert pool and PackedLinear lend it
     cpu::GemmActs a;
 };
 
@@ -166,8 +169,8 @@ Acts acts_for(const cpu::KernelSet &ks, const cpu::PackedLayout &l, int64_t m) {
     r.a.scale = r.scale.data();
     r.a.sums = r.sums.data();
     r.a.sums_ld = ns;
-    r.decode_scratch.resize((cpu::decode_scratch_bytes(l) + 63) / 64);
-    r.a.decode_scratch = r.decode_scratch.data()->bytes;
+    r.scratch.resize((cpu::gemm_scratch_bytes(l) + 63) / 64);
+    r.a.scratch = r.scratch.data()->bytes;
     return r;
 }
 

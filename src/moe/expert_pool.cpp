@@ -399,13 +399,13 @@ Status ExpertPool::prepare(const PackSpec &gs, const PackSpec &us, const PackSpe
         pg.partial = sizeof(float) * static_cast<size_t>(config_.max_tokens * H);
     }
     KT_RETURN_IF(!first, KT_STATUS_INTERNAL, "expert pool: no group received a shard of I = %lld", static_cast<long long>(I));
-    // Each thread's tiles: its GEMM outputs, then the kernels' decode scratch (GemmActs::decode_scratch) for the
-    // largest K of any shard's matrices, as a thread also takes other groups' tasks.
-    size_t decode_bytes = 0;
+    // Each thread's tiles: its GEMM outputs, then the kernels' scratch (GemmActs::scratch) for the largest K of any
+    // shard's matrices, as a thread also takes other groups' tasks.
+    size_t gemm_bytes = 0;
     for (const std::unique_ptr<Group> &grp : groups_)
         if (grp->shard() > 0)
-            for (const PackedLayout &l : grp->layout) decode_bytes = std::max(decode_bytes, cpu::decode_scratch_bytes(l));
-    thread_scratch_ = sizeof(float) * static_cast<size_t>(kTileFloats) + static_cast<size_t>(round_up(static_cast<int64_t>(decode_bytes), 64));
+            for (const PackedLayout &l : grp->layout) gemm_bytes = std::max(gemm_bytes, cpu::gemm_scratch_bytes(l));
+    thread_scratch_ = sizeof(float) * static_cast<size_t>(kTileFloats) + static_cast<size_t>(round_up(static_cast<int64_t>(gemm_bytes), 64));
     for (size_t g = 0; g < groups_.size(); ++g)
         if (groups_[g]->shard() > 0) need.groups[g].tiles = thread_scratch_ * static_cast<size_t>(ex.group(static_cast<int>(g)).threads());
 
@@ -608,7 +608,7 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
     const Executor::Group &own = ex.group(my_group);
     uint8_t *const thread_tiles = own.tiles.as<uint8_t>() + static_cast<size_t>(tid - own.t_begin) * thread_scratch_;
     float *tile = reinterpret_cast<float *>(thread_tiles);
-    uint8_t *const decode_scratch = thread_tiles + sizeof(float) * static_cast<size_t>(kTileFloats);
+    uint8_t *const gemm_scratch = thread_tiles + sizeof(float) * static_cast<size_t>(kTileFloats);
     // AMX kernels configure this thread's tiles once per job (the session restores them at the end).
     cpu::amx::TileSession tile_session;
     void *const session = ks.level == cpu::IsaLevel::kAmx ? &tile_session : nullptr;
@@ -666,7 +666,7 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
                 GemmActs acts;
                 acts.tile_session = session;
                 acts.counter = counter;
-                acts.decode_scratch = decode_scratch;
+                acts.scratch = gemm_scratch;
                 acts.rows = sc.slot_token.data() + s0;
                 acts.rows_id = job_rows_id_ + static_cast<uint64_t>(s0);  // gate and up read the same rows
                 if (gate_up_int_) {
@@ -768,7 +768,7 @@ void ExpertPool::run_phases(Executor &ex, const Job &job, int tid) {
                     GemmActs acts;
                     acts.tile_session = session;
                     acts.counter = counter;
-                    acts.decode_scratch = decode_scratch;
+                    acts.scratch = gemm_scratch;
                     acts.rows_id = job_rows_id_ + static_cast<uint64_t>(sc.n_slots + s0);
                     if (down_int_) {
                         acts.q = eg.hq.as<int8_t>() + s0 * dkp;

@@ -121,15 +121,16 @@ Status PackedLinear::forward(const float *x, int64_t n_tokens, float *y, int64_t
         regions[static_cast<size_t>(t)].next.store(panels * t / threads, std::memory_order_relaxed);
         regions[static_cast<size_t>(t)].end = panels * (t + 1) / threads;
     }
-    // Several rows: each thread lends the kernels scratch to decode each weight tile row once (GemmActs).
-    const size_t decode_lines = !bf16 && n_tokens > 1 ? (cpu::decode_scratch_bytes(matrix_.layout) + 63) / 64 : 0;
-    if (ws->decoded.size() < decode_lines * static_cast<size_t>(threads))
-        ws->decoded.resize(decode_lines * static_cast<size_t>(threads));
+    // Several rows: each thread lends the kernels scratch to decode each weight tile row and prepare each panel's
+    // scales once (GemmActs).
+    const size_t scratch_lines = !bf16 && n_tokens > 1 ? (cpu::gemm_scratch_bytes(matrix_.layout) + 63) / 64 : 0;
+    if (ws->scratch.size() < scratch_lines * static_cast<size_t>(threads))
+        ws->scratch.resize(scratch_lines * static_cast<size_t>(threads));
     auto work = [&](int thread) {
         cpu::amx::TileSession session;
         cpu::GemmActs a = acts;
         if (ks.level == cpu::IsaLevel::kAmx) a.tile_session = &session;
-        if (decode_lines > 0) a.decode_scratch = ws->decoded[decode_lines * static_cast<size_t>(thread)].bytes;
+        if (scratch_lines > 0) a.scratch = ws->scratch[scratch_lines * static_cast<size_t>(thread)].bytes;
         for (int i = 0; i < threads; ++i) {
             Region &r = regions[static_cast<size_t>((thread + i) % threads)];
             for (;;) {

@@ -34,7 +34,7 @@ public:
         std::vector<Line> q;  // int8 [T][kp], or bf16 [T][kp]
         std::vector<float> scale;
         std::vector<int32_t> sums;
-        std::vector<Line> decoded;  // per thread of a prefill call: the kernels' decode scratch (GemmActs)
+        std::vector<Line> scratch;  // per thread of a prefill call: the kernels' scratch (GemmActs)
     };
 
     // Packs `w` ([N][K] rows of any type kt reads), in parallel on `pool` when given. bias: N floats, copied;

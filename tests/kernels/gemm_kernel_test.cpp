@@ -87,12 +87,16 @@ std::vector<float> bf16_sdm_reference(const std::vector<double> &wref, int64_t c
 }
 
 // Runs one GEMM with `ks` over rows [r0, r0 + n) x columns [k0, k0 + k) of a [rows, cols] source; *ran_on receives
-// the ISA level whose code computed it. lend_scratch: the call gets decode scratch (GemmActs::decode_scratch) as the
-// library's callers lend it, filled with a marker first; *scratch_written (may be nullptr) says whether the kernels
-// wrote into it. A write past decode_scratch_bytes fails the test.
+// the ISA level whose code computed it. lend_scratch: the call gets scratch (GemmActs::scratch) as the library's
+// callers lend it, filled with a marker first; *scratch_use (may be nullptr) says which parts of it the kernels
+// wrote: the decoded tile rows (the first decode_scratch_bytes) and the prepared scales (the rest). A write past
+// gemm_scratch_bytes fails the test.
+struct ScratchUse {
+    bool decoded = false, prepared = false;
+};
 std::vector<float> run_gemm(const cpu::KernelSet &ks, const Case &c, const moe::MatrixSource &src, int64_t r0, int64_t n,
                             int64_t k0, int64_t k, const std::vector<float> &x /* [m][k] */, int64_t m,
-                            cpu::IsaLevel *ran_on, bool lend_scratch = true, bool *scratch_written = nullptr) {
+                            cpu::IsaLevel *ran_on, bool lend_scratch = true, ScratchUse *scratch_use = nullptr) {
     moe::PackSpec spec;
     REQUIRE(moe::pack_spec_for(src, c.target, c.group, &spec).is_ok());
     cpu::PackedLayout layout;
@@ -131,12 +135,12 @@ std::vector<float> run_gemm(const cpu::KernelSet &ks, const Case &c, const moe::
         a.sums_ld = ns;
     }
     constexpr uint8_t kMarker = 0xA5;
-    const size_t scratch_bytes = cpu::decode_scratch_bytes(layout);
+    const size_t scratch_bytes = cpu::gemm_scratch_bytes(layout), decoded_bytes = cpu::decode_scratch_bytes(layout);
     mem::NumaBuffer scratch;
     if (lend_scratch) {
         REQUIRE(mem::NumaBuffer::allocate(scratch_bytes + 64, nullptr, -1, &scratch).is_ok());
         std::memset(scratch.as<uint8_t>(), kMarker, scratch_bytes + 64);
-        a.decode_scratch = scratch.as<uint8_t>();
+        a.scratch = scratch.as<uint8_t>();
     }
     const int64_t ldc = n + 3;
     std::vector<float> out(static_cast<size_t>(m * ldc), -12345.0f);
@@ -145,10 +149,11 @@ std::vector<float> run_gemm(const cpu::KernelSet &ks, const Case &c, const moe::
     cpu::gemm(ks, w, a, m, 0, n, out.data(), ldc);
     if (lend_scratch) {
         const uint8_t *sp = scratch.as<uint8_t>();
-        bool written = false;
-        for (size_t i = 0; i < scratch_bytes && !written; ++i) written = sp[i] != kMarker;
+        ScratchUse use;
+        for (size_t i = 0; i < decoded_bytes && !use.decoded; ++i) use.decoded = sp[i] != kMarker;
+        for (size_t i = decoded_bytes; i < scratch_bytes && !use.prepared; ++i) use.prepared = sp[i] != kMarker;
         for (size_t i = scratch_bytes; i < scratch_bytes + 64; ++i) CHECK(sp[i] == kMarker);
-        if (scratch_written) *scratch_written = written;
+        if (scratch_use) *scratch_use = use;
     }
     const cpu::GemmCounts counts = counter.read();
     REQUIRE(counts.total_calls() == 1);
@@ -333,28 +338,30 @@ TEST_CASE("gemm kernels: the IQ1-IQ3 grid formats as their code book indices (IQ
 }
 
 TEST_CASE("gemm kernels: a row gives the same bits alone and among other rows") {
-    // A call of several row blocks prepares each panel's scales and mins once for all of them (kernels_impl.h,
-    // int_gemm_typed), a call of one block reads them from the packed arrays per group; past kMaxPreparedGroups
-    // (128 groups) every call reads the packed arrays. With decode scratch, the formats of kPredecodes decode
-    // each tile row once in a call of several row blocks, with their scales prepared or not, and the others read
-    // it back. A row's result may depend on none of these.
+    // With the caller's scratch, a call of several row blocks prepares each panel's scales and mins once for all of
+    // them (kernels_impl.h, int_gemm_typed), at any K; a call of one block, or without scratch, reads them from the
+    // packed arrays per group. The formats of kPredecodes decode each tile row once in such a call, and the other
+    // row blocks read it back. A row's result may depend on none of these.
+    enum class Prepares { kNo, kYes, kWithoutVnni };
     struct DecodeCase {
         Case c;
         bool decodes_once;  // in the calls of this test, for each K of c
+        Prepares prepares;
     };
-    const DecodeCase cases[] = {{{KT_TYPE_Q4_K, moe::TargetFormat::kAsSource, 0, {768, 4352}}, false},
-                                {{KT_TYPE_Q5_K, moe::TargetFormat::kAsSource, 0, {512}}, true},
-                                {{KT_TYPE_Q6_K, moe::TargetFormat::kAsSource, 0, {768}}, true},
-                                {{KT_TYPE_Q6_K, moe::TargetFormat::kAsSource, 0, {4096}}, true},  // 256 groups
-                                {{KT_TYPE_Q2_K, moe::TargetFormat::kAsSource, 0, {512}}, false},
-                                {{KT_TYPE_Q3_K, moe::TargetFormat::kAsSource, 0, {512}}, true},
-                                {{KT_TYPE_Q4_1, moe::TargetFormat::kAsSource, 0, {160, 4160}}, false},
-                                {{KT_TYPE_Q5_0, moe::TargetFormat::kAsSource, 0, {96}}, true},
-                                {{KT_TYPE_Q5_1, moe::TargetFormat::kAsSource, 0, {160, 4160}}, true},  // 5, 130 groups
-                                {{KT_TYPE_Q8_0, moe::TargetFormat::kAsSource, 0, {96}}, false},
-                                {{KT_TYPE_IQ4_XS, moe::TargetFormat::kAsSource, 0, {512}}, true},
-                                {{KT_TYPE_IQ2_XS, moe::TargetFormat::kAsSource, 0, {512, 4352}}, true},
-                                {{KT_TYPE_IQ3_XXS, moe::TargetFormat::kAsSource, 0, {768}}, true}};
+    constexpr Prepares kNo = Prepares::kNo, kYes = Prepares::kYes, kWithoutVnni = Prepares::kWithoutVnni;
+    const DecodeCase cases[] = {{{KT_TYPE_Q4_K, moe::TargetFormat::kAsSource, 0, {768, 4352}}, false, kYes},  // 136 groups
+                                {{KT_TYPE_Q5_K, moe::TargetFormat::kAsSource, 0, {512}}, true, kYes},
+                                {{KT_TYPE_Q6_K, moe::TargetFormat::kAsSource, 0, {768}}, true, kYes},
+                                {{KT_TYPE_Q6_K, moe::TargetFormat::kAsSource, 0, {4096}}, true, kYes},  // 256 groups
+                                {{KT_TYPE_Q2_K, moe::TargetFormat::kAsSource, 0, {512}}, false, kYes},
+                                {{KT_TYPE_Q3_K, moe::TargetFormat::kAsSource, 0, {512}}, true, kYes},
+                                {{KT_TYPE_Q4_1, moe::TargetFormat::kAsSource, 0, {160, 4160}}, false, kWithoutVnni},
+                                {{KT_TYPE_Q5_0, moe::TargetFormat::kAsSource, 0, {96}}, true, kNo},
+                                {{KT_TYPE_Q5_1, moe::TargetFormat::kAsSource, 0, {160, 4160}}, true, kWithoutVnni},  // 5, 130 groups
+                                {{KT_TYPE_Q8_0, moe::TargetFormat::kAsSource, 0, {96}}, false, kNo},
+                                {{KT_TYPE_IQ4_XS, moe::TargetFormat::kAsSource, 0, {512}}, true, kNo},
+                                {{KT_TYPE_IQ2_XS, moe::TargetFormat::kAsSource, 0, {512, 4352}}, true, kNo},
+                                {{KT_TYPE_IQ3_XXS, moe::TargetFormat::kAsSource, 0, {768}}, true, kNo}};
     const int64_t rows = 40, m = 13;
     for (const DecodeCase &dc : cases) {
         const Case &c = dc.c;
@@ -366,9 +373,12 @@ TEST_CASE("gemm kernels: a row gives the same bits alone and among other rows") 
             for (const cpu::KernelSet *ks : all_sets()) {
                 INFO("type " << ops::type_traits(c.src_type)->name << " K " << cols << " kernel set " << ks->name);
                 cpu::IsaLevel ran_on = cpu::IsaLevel::kScalar;
-                bool written = false;
-                const std::vector<float> together = run_gemm(*ks, c, src, 0, rows, 0, cols, x, m, &ran_on, true, &written);
-                if (ran_on != cpu::IsaLevel::kAmx) CHECK(written == dc.decodes_once);  // AMX unpacks panels its own way
+                ScratchUse use;
+                const std::vector<float> together = run_gemm(*ks, c, src, 0, rows, 0, cols, x, m, &ran_on, true, &use);
+                if (ran_on != cpu::IsaLevel::kAmx) {  // AMX unpacks panels its own way
+                    CHECK(use.decoded == dc.decodes_once);
+                    CHECK(use.prepared == (dc.prepares == kYes || (dc.prepares == kWithoutVnni && !ks->vnni)));
+                }
                 const std::vector<float> decoding = run_gemm(*ks, c, src, 0, rows, 0, cols, x, m, &ran_on, false);
                 CHECK(std::memcmp(decoding.data(), together.data(), sizeof(float) * together.size()) == 0);
                 for (int64_t i = 0; i < m; ++i) {

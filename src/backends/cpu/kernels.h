@@ -61,11 +61,12 @@ struct GemmActs {
     const uint8_t *prefetch_next = nullptr;
     // The calling thread's amx::TileSession for the AMX kernel set (nullptr: each AMX call brackets itself).
     void *tile_session = nullptr;
-    // Scratch of the calling thread, decode_scratch_bytes(w.layout) bytes, 64-byte aligned, which the kernels may
-    // overwrite: with it, a call of more rows than one row block decodes each weight tile row once (in the first row
-    // block) and the other row blocks read it back, for the formats whose decoding costs more than that read (the
-    // results are the same bit for bit). nullptr: every row block decodes for itself.
-    uint8_t *decode_scratch = nullptr;
+    // Scratch of the calling thread, gemm_scratch_bytes(w.layout) bytes, 64-byte aligned, which the kernels may
+    // overwrite. With it, a call of more rows than one row block decodes each weight tile row once (in the first row
+    // block) and the other row blocks read it back, for the formats whose decoding costs more than that read, and
+    // prepares each panel's scales once for all its row blocks (the results are the same bit for bit). nullptr:
+    // every row block decodes for itself and reads the scales from the packed arrays.
+    uint8_t *scratch = nullptr;
     // Counts the call too, besides the calling thread's process-wide counter (gemm_counters.h); written only by
     // the calling thread (nullptr: none).
     GemmCounter *counter = nullptr;
@@ -115,9 +116,14 @@ struct KernelSet {
                             bool prefetch_next);
 };
 
-// The bytes of GemmActs::decode_scratch for a GEMM over `layout`: one column block's decoded tile rows, at most a
-// panel's 32 columns of a byte per padded K.
+// GemmActs::scratch for a GEMM over `layout`: first one column block's decoded tile rows, at most a panel's 32
+// columns of a byte per padded K (decode_scratch_bytes), then fp32 per scale group: a panel's scales and mins and a
+// row block's activation sums (kMaxRowBlock rows at most).
+inline constexpr int kMaxRowBlock = 8;
 inline size_t decode_scratch_bytes(const PackedLayout &layout) { return static_cast<size_t>(layout.kp) * kPanel; }
+inline size_t gemm_scratch_bytes(const PackedLayout &layout) {
+    return decode_scratch_bytes(layout) + sizeof(float) * static_cast<size_t>(layout.groups) * (2 * kPanel + kMaxRowBlock);
+}
 
 // The first of `count` fresh, process-wide unique GemmActs::rows_id values (thread-safe).
 uint64_t new_rows_ids(uint64_t count);

@@ -440,12 +440,13 @@ struct Kernels {
         }
     };
 
-    // A panel's prepared scales (panel_scales) as int_block reads them; a prefill call prepares panels of at most
-    // kMaxPreparedGroups groups (the driver's stack: 32 KB; longer K reads the packed arrays).
+    // A panel's prepared scales (panel_scales) as int_block reads them, and room for a row block's group sums as
+    // floats ([kMR][groups]; the formats with mins), all in the caller's scratch (gemm_scratch_bytes).
     struct PanelScales {
         const float *scale = nullptr, *neg_min = nullptr;
+        float *float_sums = nullptr;
     };
-    static constexpr int64_t kMaxPreparedGroups = 128;
+    static_assert(kMR <= kMaxRowBlock);
 
     // Panel p's group scales S_g as fp32 [groups][kPanel], and for the formats with mins -M_g alike: what
     // ScaleCursor::load gives, computed once per panel for every row block that reads it (the integer GEMM's
@@ -468,7 +469,7 @@ struct Kernels {
     }
 
     // The formats whose tile rows int_gemm_typed decodes once per column block when a call has several row blocks
-    // and the caller lends scratch (GemmActs::decode_scratch): those with a high-bit plane (Q3_K, Q5_K, Q6_K, Q5_0,
+    // and the caller lends scratch (GemmActs::scratch): those with a high-bit plane (Q3_K, Q5_K, Q6_K, Q5_0,
     // Q5_1) or a table lookup (IQ4_XS, IQ4_NL, MXFP4 and the grids), whose decoding costs more than reading 64
     // decoded bytes back from L2. Q4_K, Q4_0, Q4_1, INT4 and Q2_K decode in one or two instructions a row and lose
     // (Zen 4, bench_gemm BM_gemm_cached K 2048, 32 / 128 rows: Q4_K -3 / -2 % on AVX-512 VNNI, -10 % on AVX2; Q2_K
@@ -559,12 +560,13 @@ struct Kernels {
         ScaleCursor<T> scales(w, p);
         // Prepared: the rows' group sums as floats, converted once per block (the min term's broadcast operand).
         constexpr bool kFloatSums = kPrepared && Fmt<T>::kMins;
-        alignas(64) float fsums[kFloatSums ? mr : 1][kFloatSums ? kMaxPreparedGroups : 1];
+        float *const fsums = prepared.float_sums;
         if constexpr (kFloatSums) {
             for (int m = 0; m < mr; ++m) {
+                float *row = fsums + m * L.groups;
                 int64_t g = 0;
-                for (; g + kW <= L.groups; g += kW) S::storef(&fsums[m][g], S::cvt(S::loadu(sums[m] + g)));
-                for (; g < L.groups; ++g) fsums[m][g] = static_cast<float>(sums[m][g]);
+                for (; g + kW <= L.groups; g += kW) S::storef(row + g, S::cvt(S::loadu(sums[m] + g)));
+                for (; g < L.groups; ++g) row[g] = static_cast<float>(sums[m][g]);
             }
         }
         auto flush = [&](int64_t g, int part) {
@@ -578,8 +580,8 @@ struct Kernels {
                 }
                 for (int m = 0; m < mr; ++m) {
                     accf[m][v] = S::fmadd(S::cvt(isum(m, v)), scale, accf[m][v]);
-                    if constexpr (kFloatSums)
-                        accf[m][v] = S::fmadd(min, S::fset1(fsums[m][g]), accf[m][v]);  // fnmadd(M_g, ...), bit for bit
+                    if constexpr (kFloatSums)  // fnmadd(M_g, ...), bit for bit
+                        accf[m][v] = S::fmadd(min, S::fset1(fsums[m * L.groups + g]), accf[m][v]);
                     else if constexpr (Fmt<T>::kMins)
                         accf[m][v] = S::fnmadd(min, S::fset1(static_cast<float>(sums[m][g])), accf[m][v]);
                     if constexpr (!kOffsetStart)
@@ -622,17 +624,18 @@ struct Kernels {
                         const int r = r_c;
                         constexpr int j = j_c;
                         VI u[kNV];
+                        // This step's vectors in the scratch (none with kDecode, where decoded is unused).
+                        uint8_t *const du = kSource == TileSource::kDecode
+                                                ? nullptr
+                                                : decoded + ((s * kParts<T> + part) * 16 + r0 + r) * kNV * sizeof(VI);
                         if constexpr (kSource == TileSource::kReadDecoded) {
-                            const uint8_t *du = decoded + ((s * kParts<T> + part) * 16 + r0 + r) * kNV * sizeof(VI);
                             for (int v = 0; v < kNV; ++v) u[v] = S::loadu(du + v * sizeof(VI));
                         } else {
                             for (int v = 0; v < kNV; ++v)
                                 u[v] = decode<T, true>(rows[v] + r * kTileRowBytes, part, hrows[v] + r * kHbitsPerRow<T>,
                                                        vp[v].vi, table);
-                            if constexpr (kSource == TileSource::kDecodeAndStore) {
-                                uint8_t *du = decoded + ((s * kParts<T> + part) * 16 + r0 + r) * kNV * sizeof(VI);
+                            if constexpr (kSource == TileSource::kDecodeAndStore)
                                 for (int v = 0; v < kNV; ++v) S::storeu(du + v * sizeof(VI), u[v]);
-                            }
                         }
                         for (int m = 0; m < mr; ++m)
                             for (int v = 0; v < kNV; ++v) {
@@ -707,15 +710,24 @@ struct Kernels {
         // Several row blocks per panel: the scales (and mins) of the K-quants prepared once per panel (int_block,
         // kPrepared). Zen 5, in cache (bench_gemm BM_gemm_cached, K 2048, best of 2 alternating rounds): Q4_K +5 %
         // at 32 rows and +8 % at 128, Q5_K +7 / +6 %; Q6_K +3 / +0 % (median of 6 pairs). The formats whose scale is
-        // one load gained nothing (Q8_0, Q4_0 and INT4 2-5 % slower, best of 3).
-        constexpr bool kPrepares = Fmt<T>::kMins || T == PackedType::kQ6_K || T == PackedType::kQ3_K;
-        const bool prepare = kPrepares && blocks > 1 && w.layout.groups <= kMaxPreparedGroups;
-        alignas(64) float prepared_scale[kPrepares ? kMaxPreparedGroups * kPanel : 1];
-        alignas(64) float prepared_neg_min[kPrepares ? kMaxPreparedGroups * kPanel : 1];
-        const PanelScales prepared{prepared_scale, prepared_neg_min};
+        // one load gained nothing (Q8_0, Q4_0 and INT4 2-5 % slower, best of 3). Q4_1 and Q5_1 (an f16 scale and min
+        // per group) lost it on VNNI and gain it without (Zen 4, same bench, 3 alternating rounds, 32 / 128 rows:
+        // AVX-512 VNNI -3 / -3 %, AVX-512 +1 / +2 %, AVX2 +4 / +4 %).
+        // Both need the caller's scratch (gemm_scratch_bytes): the prepared scales after the decoded tile rows.
+        constexpr bool kPrepares = (Fmt<T>::kMins && !(kF16Groups<T> && S::kLatencyBoundDot)) ||
+                                   T == PackedType::kQ6_K || T == PackedType::kQ3_K;
+        uint8_t *const scratch = blocks > 1 ? a.scratch : nullptr;
+        const bool prepare = kPrepares && scratch;
+        float *prepared_scale = nullptr, *prepared_neg_min = nullptr;
+        PanelScales prepared;
+        if (prepare) {  // [groups][kPanel] scales, as many -mins, then the row block's sums
+            prepared_scale = reinterpret_cast<float *>(scratch + decode_scratch_bytes(w.layout));
+            prepared_neg_min = prepared_scale + w.layout.groups * kPanel;
+            prepared = {prepared_scale, prepared_neg_min, prepared_neg_min + w.layout.groups * kPanel};
+        }
         // With the caller's scratch, a call of several row blocks decodes each column block's tile rows once
-        // (kPredecodes), with its scales prepared or not.
-        uint8_t *const decoded = kPredecodes<T> && blocks > 1 ? a.decode_scratch : nullptr;
+        // (kPredecodes).
+        uint8_t *const decoded = kPredecodes<T> ? scratch : nullptr;
         for (int64_t p = n_begin / kPanel; p < p_end; ++p) {
             if (prepare) panel_scales<T, true>(w, p, prepared_scale, prepared_neg_min);
             for (int c0 = 0; c0 < kPanel; c0 += kCols) {
@@ -761,19 +773,13 @@ struct Kernels {
                     // decodes for itself: one instantiation per source, not one per row count (with one per row
                     // count, gcc 12 -O3 took the AVX-512 VNNI GFNI/VBMI kernels' unit from 50 to 83 s; now 61 s).
                     if (decoded && mr == kMR) {
-                        if constexpr (kPredecodes<T>) {  // (decoded is nullptr for the other formats)
-                            auto decode_once = [&](auto prepared_c) KT_ALWAYS_INLINE {
-                                if (i0 == 0)
-                                    int_block<T, kKpg, kMR, prepared_c, TileSource::kDecodeAndStore>(
-                                        w, p, c0, ap, sp, sc, cp, valid, *prefetch, prepared, decoded);
-                                else
-                                    int_block<T, kKpg, kMR, prepared_c, TileSource::kReadDecoded>(
-                                        w, p, c0, ap, sp, sc, cp, valid, *prefetch, prepared, decoded);
-                            };
-                            if (prepare)
-                                decode_once(std::integral_constant<bool, kPrepares>{});
+                        if constexpr (kPredecodes<T>) {  // (decoded is nullptr for the other formats; prepare is kPrepares)
+                            if (i0 == 0)
+                                int_block<T, kKpg, kMR, kPrepares, TileSource::kDecodeAndStore>(
+                                    w, p, c0, ap, sp, sc, cp, valid, *prefetch, prepared, decoded);
                             else
-                                decode_once(std::false_type{});
+                                int_block<T, kKpg, kMR, kPrepares, TileSource::kReadDecoded>(
+                                    w, p, c0, ap, sp, sc, cp, valid, *prefetch, prepared, decoded);
                         }
                     } else if (prepare) {  // (one instantiation for the formats that never prepare)
                         dispatch_mr<T, kKpg, kPrepares>(mr, w, p, c0, ap, sp, sc, cp, valid, *prefetch, prepared);

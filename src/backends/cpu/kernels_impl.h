@@ -443,8 +443,7 @@ struct Kernels {
     // A panel's prepared scales (panel_scales) as int_block reads them, and room for a row block's group sums as
     // floats ([kMR][groups]; the formats with mins), all in the caller's scratch (gemm_scratch_bytes).
     struct PanelScales {
-        const float *scale = nullptr, *neg_min = nullptr;
-        float *float_sums = nullptr;
+        float *scale = nullptr, *neg_min = nullptr, *float_sums = nullptr;
     };
     static_assert(kMR <= kMaxRowBlock);
 
@@ -718,18 +717,17 @@ struct Kernels {
                                    T == PackedType::kQ6_K || T == PackedType::kQ3_K;
         uint8_t *const scratch = blocks > 1 ? a.scratch : nullptr;
         const bool prepare = kPrepares && scratch;
-        float *prepared_scale = nullptr, *prepared_neg_min = nullptr;
         PanelScales prepared;
         if (prepare) {  // [groups][kPanel] scales, as many -mins, then the row block's sums
-            prepared_scale = reinterpret_cast<float *>(scratch + decode_scratch_bytes(w.layout));
-            prepared_neg_min = prepared_scale + w.layout.groups * kPanel;
-            prepared = {prepared_scale, prepared_neg_min, prepared_neg_min + w.layout.groups * kPanel};
+            prepared.scale = reinterpret_cast<float *>(scratch + decode_scratch_bytes(w.layout));
+            prepared.neg_min = prepared.scale + w.layout.groups * kPanel;
+            prepared.float_sums = prepared.neg_min + w.layout.groups * kPanel;
         }
         // With the caller's scratch, a call of several row blocks decodes each column block's tile rows once
         // (kPredecodes).
         uint8_t *const decoded = kPredecodes<T> ? scratch : nullptr;
         for (int64_t p = n_begin / kPanel; p < p_end; ++p) {
-            if (prepare) panel_scales<T, true>(w, p, prepared_scale, prepared_neg_min);
+            if (prepare) panel_scales<T, true>(w, p, prepared.scale, prepared.neg_min);
             for (int c0 = 0; c0 < kPanel; c0 += kCols) {
                 const int valid = static_cast<int>(std::min<int64_t>(kPanel, n_end - p * kPanel)) - c0;
                 if (valid <= 0) break;
@@ -771,7 +769,7 @@ struct Kernels {
                     }
                     // Whole row blocks store (the first) or read back the decoded tile rows; a last, shorter block
                     // decodes for itself: one instantiation per source, not one per row count (with one per row
-                    // count, gcc 12 -O3 took the AVX-512 VNNI GFNI/VBMI kernels' unit from 50 to 83 s; now 61 s).
+                    // count, gcc 12 -O3 took the AVX-512 VNNI GFNI/VBMI kernels' unit from 50 to 83 s; now 56-61 s).
                     if (decoded && mr == kMR) {
                         if constexpr (kPredecodes<T>) {  // (decoded is nullptr for the other formats; prepare is kPrepares)
                             if (i0 == 0)

@@ -688,11 +688,26 @@ struct Kernels {
         }
     }
 
+    // Rows per block of format T's integer kernel: the set's kMR, except for the formats that run faster in blocks
+    // of two rows on AVX2. There (16 registers) four rows' 8 int32 and 8 fp32 accumulators leave no room for the
+    // step's temporaries, so GCC keeps some of the fp32 ones in memory, which costs a flush a load and a store per
+    // accumulator; for most formats one broadcast and weight vector reused by twice the rows gains more (Zen 4
+    // running the AVX2 set, one core in cache, 4 rows against 2: INT8 +7-9 %, Q4_K +6-9 % at K 2,048, Q5_K, Q2_K,
+    // Q4_1, Q5_1 and MXFP4 +7-25 %, Q4_0, IQ4_XS, IQ4_NL and IQ_GRID +2-6 %; bench/results/zen4.md). Q8_0's signed
+    // dot needs two more temporaries and lost 4-12 % at every size; Q6_K, Q3_K and IQ_GRID3, whose decode needs
+    // more, were within -2 to +3 % and keep two rows, which also keeps their instantiations (compile time) as they were.
+    template <PackedType T>
+    static constexpr int kRowBlock = S::kW == 8 && (T == PackedType::kQ8_0 || T == PackedType::kQ6_K ||
+                                                    T == PackedType::kQ3_K || T == PackedType::kIqGrid3)
+                                         ? std::min(kMR, 2)
+                                         : kMR;
+
     template <PackedType T, int kKpg>
     static void int_gemm_typed(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t n_begin, int64_t n_end,
                                float *c, int64_t ldc) {
+        constexpr int kRows = kRowBlock<T>;
         const int64_t p_end = (n_end + kPanel - 1) / kPanel;
-        const int64_t blocks = (m + kMR - 1) / kMR, tiles = w.layout.tiles_per_half;
+        const int64_t blocks = (m + kRows - 1) / kRows, tiles = w.layout.tiles_per_half;
         TilePrefetch stream;  // a one-pass call's streams (blocks == 1)
         if (blocks == 1) {
             stream.mode = TilePrefetch::Mode::kStream;
@@ -749,13 +764,13 @@ struct Kernels {
                         next_panel.share[i] = EvenShares((next_panel.per_panel[i] + 63) / 64, tiles, 0);
                     prefetch = &next_panel;
                 }
-                EvenShares tile_share(tiles, blocks, 0);  // row block i0 / kMR prefetches tiles [lo, lo + count)
-                for (int64_t i0 = 0; i0 < m; i0 += kMR) {
-                    const int mr = static_cast<int>(std::min<int64_t>(kMR, m - i0));
-                    const int8_t *ap[kMR];
-                    const int32_t *sp[kMR];
-                    float sc[kMR];
-                    float *cp[kMR];
+                EvenShares tile_share(tiles, blocks, 0);  // row block i0 / kRows prefetches tiles [lo, lo + count)
+                for (int64_t i0 = 0; i0 < m; i0 += kRows) {
+                    const int mr = static_cast<int>(std::min<int64_t>(kRows, m - i0));
+                    const int8_t *ap[kRows];
+                    const int32_t *sp[kRows];
+                    float sc[kRows];
+                    float *cp[kRows];
                     for (int i = 0; i < mr; ++i) {
                         const int64_t row = a.rows ? a.rows[i0 + i] : i0 + i;
                         ap[i] = a.q + row * a.q_ld;
@@ -770,19 +785,19 @@ struct Kernels {
                     // Whole row blocks store (the first) or read back the decoded tile rows; a last, shorter block
                     // decodes for itself: one instantiation per source, not one per row count (with one per row
                     // count, gcc 12 -O3 took the AVX-512 VNNI GFNI/VBMI kernels' unit from 50 to 83 s; now 56-61 s).
-                    if (decoded && mr == kMR) {
+                    if (decoded && mr == kRows) {
                         if constexpr (kPredecodes<T>) {  // (decoded is nullptr for the other formats; prepare is kPrepares)
                             if (i0 == 0)
-                                int_block<T, kKpg, kMR, kPrepares, TileSource::kDecodeAndStore>(
+                                int_block<T, kKpg, kRows, kPrepares, TileSource::kDecodeAndStore>(
                                     w, p, c0, ap, sp, sc, cp, valid, *prefetch, prepared, decoded);
                             else
-                                int_block<T, kKpg, kMR, kPrepares, TileSource::kReadDecoded>(
+                                int_block<T, kKpg, kRows, kPrepares, TileSource::kReadDecoded>(
                                     w, p, c0, ap, sp, sc, cp, valid, *prefetch, prepared, decoded);
                         }
                     } else if (prepare) {  // (one instantiation for the formats that never prepare)
-                        dispatch_mr<T, kKpg, kPrepares>(mr, w, p, c0, ap, sp, sc, cp, valid, *prefetch, prepared);
+                        dispatch_mr<T, kKpg, kPrepares, kRows>(mr, w, p, c0, ap, sp, sc, cp, valid, *prefetch, prepared);
                     } else {
-                        dispatch_mr<T, kKpg, false>(mr, w, p, c0, ap, sp, sc, cp, valid, *prefetch, prepared);
+                        dispatch_mr<T, kKpg, false, kRows>(mr, w, p, c0, ap, sp, sc, cp, valid, *prefetch, prepared);
                     }
                     if (prefetch == &next_panel) {
                         for (int i = 0; i < next_panel.n; ++i)
@@ -794,7 +809,7 @@ struct Kernels {
         }
     }
 
-    template <PackedType T, int kKpg, bool kPrepared, int mr = kMR>
+    template <PackedType T, int kKpg, bool kPrepared, int mr>
     static void dispatch_mr(int n, const PackedMatrix &w, int64_t p, int c0, const int8_t *const *a,
                             const int32_t *const *sums, const float *a_scale, float *const *c, int valid,
                             const TilePrefetch &prefetch, const PanelScales &prepared) {

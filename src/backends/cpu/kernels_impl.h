@@ -688,19 +688,26 @@ struct Kernels {
         }
     }
 
-    // Rows per block of format T's integer kernel: the set's kMR, except for the formats that run faster in blocks
-    // of two rows on AVX2. There (16 registers) four rows' 8 int32 and 8 fp32 accumulators leave no room for the
-    // step's temporaries, so GCC keeps some of the fp32 ones in memory, which costs a flush a load and a store per
-    // accumulator; for most formats one broadcast and weight vector reused by twice the rows gains more (Zen 4
-    // running the AVX2 set, one core in cache, 4 rows against 2: INT8 +7-9 %, Q4_K +6-9 % at K 2,048, Q5_K, Q2_K,
-    // Q4_1, Q5_1 and MXFP4 +7-25 %, Q4_0, IQ4_XS, IQ4_NL and IQ_GRID +2-6 %; bench/results/zen4.md). Q8_0's signed
-    // dot needs two more temporaries and lost 4-12 % at every size; Q6_K, Q3_K and IQ_GRID3, whose decode needs
-    // more, were within -2 to +3 % and keep two rows, which also keeps their instantiations (compile time) as they were.
+    // Rows per block of format T's integer kernel: the set's kMR, except where a format's K step needs more
+    // registers than the set leaves beside kMR rows' accumulators (kNV int32 and kNV fp32 vectors a row), so that GCC
+    // keeps some of them in memory and every flush loads and stores them. Without VNNI a dot product takes two
+    // temporaries of its own, and Q6_K's and Q3_K's decode (a high-bit plane) the most of any format.
+    //  - AVX2 (16 registers) computes 4 rows, but Q8_0 (a signed dot: two more temporaries), Q6_K, Q3_K and
+    //    IQ_GRID3 keep 2: Zen 4 running the AVX2 set, one core in cache, 4 rows against 2: INT8 +7-9 %, Q4_K +6-10 %,
+    //    Q5_K, Q2_K, Q4_1, Q5_1, MXFP4 +5-13 %, Q4_0, Q5_0, IQ4_XS, IQ4_NL, IQ_GRID, INT4 +2-5 %, BF16 +8-13 %; Q8_0
+    //    -4 to -12 %, Q6_K, Q3_K and IQ_GRID3 -2 to +3 %.
+    //  - AVX-512 without VNNI (32 registers) computes 6 rows, but Q6_K and Q3_K 4: same host and bench, the two
+    //    VNNI-less sets, 4 rows against 6: Q6_K +6-11 % at K 2,048 from 16 rows up, Q3_K +0-6 %; Q8_0, Q5_K, IQ_GRID3 lost
+    //    up to 15 % and keep 6. The VNNI sets keep 6 for all (the same formats at 4: -5 to +4 %).
+    // bench/results/zen4.md has the tables.
     template <PackedType T>
-    static constexpr int kRowBlock = S::kW == 8 && (T == PackedType::kQ8_0 || T == PackedType::kQ6_K ||
-                                                    T == PackedType::kQ3_K || T == PackedType::kIqGrid3)
-                                         ? std::min(kMR, 2)
-                                         : kMR;
+    static constexpr int kRowBlock =
+        S::kW == 8 ? (T == PackedType::kQ8_0 || T == PackedType::kQ6_K || T == PackedType::kQ3_K ||
+                              T == PackedType::kIqGrid3
+                          ? std::min(kMR, 2)
+                          : kMR)
+        : !S::kLatencyBoundDot && (T == PackedType::kQ6_K || T == PackedType::kQ3_K) ? std::min(kMR, 4)
+                                                                                     : kMR;
 
     template <PackedType T, int kKpg>
     static void int_gemm_typed(const PackedMatrix &w, const GemmActs &a, int64_t m, int64_t n_begin, int64_t n_end,

@@ -697,8 +697,8 @@ struct Kernels {
     //    Q5_K, Q2_K, Q4_1, Q5_1, MXFP4 +5-13 %, Q4_0, Q5_0, IQ4_XS, IQ4_NL, IQ_GRID, INT4 +2-5 %, BF16 +8-13 %; Q8_0
     //    -4 to -12 %, Q6_K, Q3_K and IQ_GRID3 -2 to +3 %.
     //  - AVX-512 without VNNI (32 registers) computes 6 rows, but Q6_K and Q3_K 4: same host and bench, the two
-    //    VNNI-less sets, 4 rows against 6: Q6_K +6-11 % at K 2,048 from 16 rows up, Q3_K +0-6 %; Q8_0, Q5_K, IQ_GRID3 lost
-    //    up to 15 % and keep 6. The VNNI sets keep 6 for all (the same formats at 4: -5 to +4 %).
+    //    VNNI-less sets, 4 rows against 6: Q6_K +7-18 % from 16 rows up, Q3_K +2-9 %; Q8_0, Q5_K and IQ_GRID3 lost up
+    //    to 15 % and keep 6. The VNNI sets keep 6 for all (the same formats at 4 rows: -5 to +4 %).
     // bench/results/zen4.md has the tables.
     template <PackedType T>
     static constexpr int kRowBlock =

@@ -5,7 +5,8 @@
 //                   counter GOPS = 2 M N K per second / 1e9. Each call gathers or converts nothing it could reuse
 //                   (GemmActs::rows_id 0), as the first GEMM of an expert pool chunk; it lends the kernels their
 //                   decode scratch, as the expert pool does.
-//   BM_gemv_stream  one token against 256 MiB of weights: the streaming rate of the decode path; counter GBS =
+//   BM_gemv_stream  one token against 256 MiB of weights of depth K, named K: 2048 and 768 (Qwen3-30B-A3B's
+//                   gate/up and down depths): the streaming rate of the decode path in one long call; counter GBS =
 //                   packed weight bytes per second / 1e9.
 //   BM_gemm_stream  M tokens against 256 MiB of weights of depth K in calls of C columns (an expert pool task),
 //                   named M/K/C: 16 or 64 tokens at K 2048 in 256-column calls, and 32 tokens at K 2048 and 768 in
@@ -189,7 +190,7 @@ void BM_gemm_cached(benchmark::State &state, const cpu::KernelSet *ks, Fmt f) {
 }
 
 void BM_gemv_stream(benchmark::State &state, const cpu::KernelSet *ks, Fmt f) {
-    const int64_t k = 2048, n = (int64_t{256} << 20) / k;  // ~256 MiB at one byte per weight
+    const int64_t k = state.range(0), n = (int64_t{256} << 20) / k;  // ~256 MiB at one byte per weight
     Packed p = pack(f, n, k);
     Acts a = acts_for(*ks, p.w.layout, 1);
     std::vector<float> c(static_cast<size_t>(n));
@@ -278,7 +279,7 @@ int main(int argc, char **argv) {
                 ->ArgsProduct({{32}, {768, 7168}})
                 ->ComputeStatistics("min", min_of);
             benchmark::RegisterBenchmark(("BM_gemv_stream/" + tag).c_str(), BM_gemv_stream, sets[i], f)
-                ->Unit(benchmark::kMillisecond)->ComputeStatistics("min", min_of);
+                ->Arg(2048)->Arg(768)->Unit(benchmark::kMillisecond)->ComputeStatistics("min", min_of);
             benchmark::RegisterBenchmark(("BM_gemm_stream/" + tag).c_str(), BM_gemm_stream, sets[i], f)
                 ->ArgsProduct({{16, 64}, {2048}, {256}})
                 ->ArgsProduct({{32}, {2048, 768}, {256, 128}})

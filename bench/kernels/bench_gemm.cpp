@@ -5,9 +5,10 @@
 //                   counter GOPS = 2 M N K per second / 1e9. Each call gathers or converts nothing it could reuse
 //                   (GemmActs::rows_id 0), as the first GEMM of an expert pool chunk; it lends the kernels their
 //                   decode scratch, as the expert pool does.
-//   BM_gemv_stream  one token against 256 MiB of weights of depth K, named K: 2048 and 768 (Qwen3-30B-A3B's
-//                   gate/up and down depths): the streaming rate of the decode path in one long call; counter GBS =
-//                   packed weight bytes per second / 1e9.
+//   BM_gemv_stream  one token against 256 MiB of weights of depth K in calls of C columns, named K/C: K 2048 and
+//                   768 (Qwen3-30B-A3B's gate/up and down depths), C 0 (one long call) or 256 (a decode task's call,
+//                   the calls in a scattered order, each prefetching the next as an expert pool's calls do): the
+//                   streaming rate of the decode path; counter GBS = packed weight bytes per second / 1e9.
 //   BM_gemm_stream  M tokens against 256 MiB of weights of depth K in calls of C columns (an expert pool task),
 //                   named M/K/C: 16 or 64 tokens at K 2048 in 256-column calls, and 32 tokens at K 2048 and 768 in
 //                   256- and 128-column calls (Qwen3-30B-A3B's gate/up and down tasks): the prefill rate when weights
@@ -194,8 +195,18 @@ void BM_gemv_stream(benchmark::State &state, const cpu::KernelSet *ks, Fmt f) {
     Packed p = pack(f, n, k);
     Acts a = acts_for(*ks, p.w.layout, 1);
     std::vector<float> c(static_cast<size_t>(n));
+    const int64_t chunk = state.range(1) > 0 ? state.range(1) : n, chunks = (n + chunk - 1) / chunk;
+    // Chunks in a scattered order (a prime stride, which visits every chunk unless it divides their count), as an
+    // expert pool's calls jump between experts.
+    const int64_t stride = chunks % 997 != 0 ? 997 : 1;
+    auto at = [&](int64_t i) { return (i * stride) % chunks * chunk; };
     for (auto _ : state) {
-        cpu::gemm(*ks, p.w, a.a, 1, 0, n, c.data(), n);
+        for (int64_t i = 0; i < chunks; ++i) {
+            const int64_t n0 = at(i);
+            cpu::GemmActs acts = a.a;
+            acts.prefetch_next = i + 1 < chunks ? p.w.tile(at(i + 1) / cpu::kPanel, 0, 0) : nullptr;
+            cpu::gemm(*ks, p.w, acts, 1, n0, std::min(n, n0 + chunk), c.data() + n0, n);
+        }
         benchmark::DoNotOptimize(c.data());
     }
     state.counters["GBS"] = benchmark::Counter(static_cast<double>(p.w.layout.bytes) * static_cast<double>(state.iterations()) / 1e9,
@@ -279,7 +290,7 @@ int main(int argc, char **argv) {
                 ->ArgsProduct({{32}, {768, 7168}})
                 ->ComputeStatistics("min", min_of);
             benchmark::RegisterBenchmark(("BM_gemv_stream/" + tag).c_str(), BM_gemv_stream, sets[i], f)
-                ->Arg(2048)->Arg(768)->Unit(benchmark::kMillisecond)->ComputeStatistics("min", min_of);
+                ->ArgsProduct({{2048, 768}, {0, 256}})->Unit(benchmark::kMillisecond)->ComputeStatistics("min", min_of);
             benchmark::RegisterBenchmark(("BM_gemm_stream/" + tag).c_str(), BM_gemm_stream, sets[i], f)
                 ->ArgsProduct({{16, 64}, {2048}, {256}})
                 ->ArgsProduct({{32}, {2048, 768}, {256, 128}})
